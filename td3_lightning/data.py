@@ -1,0 +1,303 @@
+"""ReplayDataModule: the environments, the replay buffer and the data streams Lightning iterates.
+
+Training data is an endless stream of replay batches (``DataLoader(batch_size=None)``);
+validation and test data are streams of finished deterministic episodes, one per batch.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gymnasium as gym
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from td3_lightning.envs import EnvSpec, check_spaces, make_env
+from td3_lightning.errors import UserInputError
+from td3_lightning.replay import ReplayBuffer
+
+Policy = Callable[[np.ndarray], np.ndarray]
+
+# Training episodes are seeded from this value up, so evaluation and test seeds below it
+# (the defaults are) are never tracks or start states the agent trained on.
+TRAIN_SEED_OFFSET = 2**20
+
+# The replay stream reports this length so that Lightning sees a sized loader and does not
+# draw a batch ahead of the training step: each batch is sampled right before it is used.
+_ENDLESS = sys.maxsize
+
+
+class ReplayStream(IterableDataset):
+    """Yields replay batches forever, each sampled when it is requested."""
+
+    def __init__(self, datamodule: ReplayDataModule) -> None:
+        self.datamodule = datamodule
+
+    def __len__(self) -> int:
+        return _ENDLESS
+
+    def __iter__(self) -> Iterator[dict[str, Tensor]]:
+        if get_worker_info() is not None:
+            raise UserInputError(
+                "the replay stream cannot run in DataLoader worker processes (each would copy the buffer); "
+                "use num_workers=0"
+            )
+        while True:
+            yield self.datamodule.next_batch()
+
+
+class ReplayLoader(DataLoader):
+    """The training loader. Resumable: the stream's state (buffer, sampler random state,
+    batches in flight) is saved and restored by :class:`ReplayDataModule`."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+
+def run_episode(env: gym.Env, policy: Policy, seed: int | None) -> dict[str, float]:
+    """Play one episode with ``policy``; return its return, length and wall-clock seconds."""
+    start = time.perf_counter()
+    obs, _ = env.reset(seed=seed)
+    total, length, done = 0.0, 0, False
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(policy(obs))
+        total += float(reward)
+        length += 1
+        done = terminated or truncated
+    return {"return": total, "length": float(length), "seconds": time.perf_counter() - start}
+
+
+class EpisodeStream(IterableDataset):
+    """Yields one finished episode per item: ``{"return", "length", "seconds", "seed"}``."""
+
+    def __init__(self, env_fn: Callable[[], gym.Env], policy: Policy, seeds: list[int]) -> None:
+        self.env_fn, self.policy, self.seeds = env_fn, policy, seeds
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    def __iter__(self) -> Iterator[dict[str, Tensor]]:
+        env = self.env_fn()
+        for seed in self.seeds:
+            stats = run_episode(env, self.policy, seed)
+            yield {k: torch.tensor(v, dtype=torch.float64) for k, v in {**stats, "seed": seed}.items()}
+
+
+class ReplayDataModule(L.LightningDataModule):
+    """Environments, replay buffer and data streams for TD3.
+
+    Args:
+        env_id: gymnasium environment id (``CarRacingState-v0``, ``Pendulum-v1``, ...).
+        env_kwargs: keyword arguments of ``gymnasium.make`` for every env instance.
+        train_env_kwargs: extra keyword arguments for the training env only (training aids
+            such as early termination); evaluation and test always use ``env_kwargs`` alone.
+        batch_size: transitions per replay batch.
+        buffer_size: replay capacity in transitions; the oldest are overwritten first.
+        warmup_steps: environment steps with uniformly random actions that fill the buffer
+            before the first update (not counted in ``trainer.max_steps``).
+        eval_episodes: deterministic episodes per validation run; episode ``i`` uses env seed
+            ``eval_seed + i``, so every validation sees the same starts (or tracks).
+        eval_seed: env seed of the first validation episode.
+        test_episodes: deterministic episodes of the ``test`` subcommand.
+        test_seed: env seed of the first test episode; the episodes use ``test_seed, test_seed + 1, ...``.
+        buffer_device: where the replay tensors live: ``auto`` (the training device) or a
+            torch device such as ``cpu``.
+        save_replay: put the replay buffer in checkpoints (needed for an exact resume; turn
+            off for huge buffers, the buffer is then refilled from scratch on resume).
+        num_workers: must be 0: the buffer lives in the main process; batches are sampled there.
+    """
+
+    def __init__(
+        self,
+        env_id: str = "Pendulum-v1",
+        env_kwargs: dict[str, Any] | None = None,
+        train_env_kwargs: dict[str, Any] | None = None,
+        batch_size: int = 256,
+        buffer_size: int = 1_000_000,
+        warmup_steps: int = 10_000,
+        eval_episodes: int = 10,
+        eval_seed: int = 1_000,
+        test_episodes: int = 100,
+        test_seed: int = 0,
+        buffer_device: str = "auto",
+        save_replay: bool = True,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if num_workers != 0:
+            raise UserInputError(
+                f"data.num_workers={num_workers} is not supported: worker processes would each copy the replay "
+                "buffer; batches are sampled in the main process, set data.num_workers 0"
+            )
+        for name, value, least in [
+            ("batch_size", batch_size, 1), ("buffer_size", buffer_size, 1), ("warmup_steps", warmup_steps, 1),
+            ("eval_episodes", eval_episodes, 1), ("test_episodes", test_episodes, 1),
+        ]:
+            if value < least:
+                raise UserInputError(f"data.{name} must be at least {least}, got {value}")
+        if warmup_steps > buffer_size:
+            raise UserInputError(f"data.warmup_steps ({warmup_steps}) must not exceed data.buffer_size ({buffer_size})")
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs or {})
+        self.train_env_kwargs = {**self.env_kwargs, **(train_env_kwargs or {})}
+        self.batch_size = batch_size
+        self.buffer_size = buffer_size
+        self.warmup_steps = warmup_steps
+        self.eval_episodes, self.eval_seed = eval_episodes, eval_seed
+        self.test_episodes, self.test_seed = test_episodes, test_seed
+        self.buffer_device = buffer_device
+        self.save_replay = save_replay
+
+        probe = make_env(env_id, self.env_kwargs)  # fails early on a bad id, kwargs or spaces
+        try:
+            self.spec: EnvSpec = check_spaces(probe, env_id)
+        finally:
+            probe.close()
+        if self.train_env_kwargs != self.env_kwargs:
+            make_env(env_id, self.train_env_kwargs).close()
+
+        self.train_env: gym.Env | None = None
+        self.eval_env: gym.Env | None = None
+        self.buffer: ReplayBuffer | None = None
+        self._sample_gen: torch.Generator | None = None
+        self._pending: deque[dict[str, Tensor]] = deque()  # restored batches to replay first
+        self._recent: deque[dict[str, Tensor]] = deque(maxlen=4)
+        self.num_sampled = 0  # batches handed to the training loop
+        self.num_consumed = 0  # batches that reached a training step
+        self._loaded_state: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------- env facts for the model
+    @property
+    def obs_shape(self) -> list[int]:
+        return list(self.spec.obs_shape)
+
+    @property
+    def action_low(self) -> list[float]:
+        return list(self.spec.action_low)
+
+    @property
+    def action_high(self) -> list[float]:
+        return list(self.spec.action_high)
+
+    # ------------------------------------------------------------- setup
+    def make_train_env(self) -> gym.Env:
+        return make_env(self.env_id, self.train_env_kwargs)
+
+    def make_eval_env(self, render_mode: str | None = None) -> gym.Env:
+        return make_env(self.env_id, self.env_kwargs, render_mode=render_mode)
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.train_env is None:
+            self.train_env = self.make_train_env()
+            device = self._device() if self.buffer_device == "auto" else torch.device(self.buffer_device)
+            self.buffer = ReplayBuffer(
+                self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), self.spec.obs_dtype, device
+            )
+            self._sample_gen = torch.Generator(device=device)
+            self._sample_gen.manual_seed(int(torch.randint(2**62, (1,)).item()))
+
+    def _device(self) -> torch.device:
+        trainer = self.trainer
+        return trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+
+    def teardown(self, stage: str) -> None:
+        for env in (self.train_env, self.eval_env):
+            if env is not None:
+                env.close()
+        self.train_env = self.eval_env = None
+
+    # ------------------------------------------------------------- training stream
+    def next_batch(self) -> dict[str, Tensor]:
+        """The next training batch: a restored in-flight batch first, then fresh samples."""
+        if self._pending:
+            batch = self._pending.popleft()
+        else:
+            assert self.buffer is not None, "setup('fit') creates the buffer"
+            batch = self.buffer.sample(self.batch_size, self._sample_gen)
+        self._recent.append(batch)
+        self.num_sampled += 1
+        return batch
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        trainer = self.trainer
+        if trainer is not None and trainer.training:
+            self.num_consumed += 1
+        return batch
+
+    def train_dataloader(self) -> DataLoader:
+        return ReplayLoader(ReplayStream(self), batch_size=None, num_workers=0)
+
+    # ------------------------------------------------------------- evaluation streams
+    def policy(self) -> Policy:
+        """Deterministic action of the trainer's current actor, as numpy."""
+        module = self.trainer.lightning_module
+        actor = module.actor
+
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                x = torch.as_tensor(obs, device=module.device).unsqueeze(0)
+                return actor(x)[0].cpu().numpy()
+
+        return act
+
+    def _episodes(self, first_seed: int, n: int) -> DataLoader:
+        if self.eval_env is None:
+            self.eval_env = self.make_eval_env()
+        env = self.eval_env
+        stream = EpisodeStream(lambda: env, self.policy(), [first_seed + i for i in range(n)])
+        return DataLoader(stream, batch_size=None, num_workers=0)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._episodes(self.eval_seed, self.eval_episodes)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._episodes(self.test_seed, self.test_episodes)
+
+    # ------------------------------------------------------------- checkpoint state
+    def state_dict(self) -> dict[str, Any]:
+        in_flight = self.num_sampled - self.num_consumed
+        state: dict[str, Any] = {
+            "env_id": self.env_id,
+            "obs_shape": list(self.spec.obs_shape),
+            "action_dim": len(self.spec.action_low),
+            "sample_rng": self._sample_gen.get_state() if self._sample_gen is not None else None,
+            "in_flight": [
+                {k: v.cpu() for k, v in b.items()} for b in list(self._recent)[len(self._recent) - in_flight :]
+            ]
+            if in_flight > 0
+            else [],
+            "replay": self.buffer.state_dict() if (self.buffer is not None and self.save_replay) else None,
+        }
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if tuple(state.get("obs_shape", self.spec.obs_shape)) != tuple(self.spec.obs_shape):
+            raise UserInputError(
+                f"the checkpoint's observation shape {tuple(state['obs_shape'])} does not match "
+                f"{self.env_id}'s {tuple(self.spec.obs_shape)}; use the env the checkpoint was trained on"
+            )
+        if self.buffer is None:  # validate / test: no replay needed
+            return
+        if state.get("replay") is not None:
+            self.buffer.load_state_dict(state["replay"])
+        else:
+            warnings.warn(
+                "the checkpoint has no replay buffer (data.save_replay was off): the buffer is refilled from "
+                f"scratch with {self.warmup_steps} warm-up steps",
+                stacklevel=2,
+            )
+        if state.get("sample_rng") is not None and self._sample_gen is not None:
+            self._sample_gen.set_state(state["sample_rng"])
+        device = self.buffer.device
+        self._pending = deque({k: v.to(device) for k, v in b.items()} for b in state.get("in_flight", []))

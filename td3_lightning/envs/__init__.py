@@ -1,0 +1,88 @@
+"""Environment creation and the checks TD3 needs before any training starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from td3_lightning.errors import UserInputError
+
+_registered = False
+
+
+def register_envs() -> None:
+    """Register the project's environments with gymnasium (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    try:
+        from td3_lightning.envs.car_racing import register_envs as _register_car
+    except ImportError:  # pragma: no cover - the car module needs box2d
+        _register_car = None
+    if _register_car is not None:
+        _register_car()
+    _registered = True
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the networks and the replay buffer need to know about an environment."""
+
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    action_low: list[float]
+    action_high: list[float]
+
+
+def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode: str | None = None) -> gym.Env:
+    """``gymnasium.make`` with errors that name the option to fix."""
+    register_envs()
+    kwargs = dict(env_kwargs or {})
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    try:
+        return gym.make(env_id, **kwargs)
+    except gym.error.Error as err:  # NameNotFound, VersionNotFound, NamespaceNotFound, ...
+        raise UserInputError(
+            f"unknown environment id '{env_id}' ({err}); set data.env_id to a registered gymnasium id, "
+            "e.g. Pendulum-v1, LunarLander-v3 or CarRacingState-v0"
+        ) from None
+    except TypeError as err:
+        raise UserInputError(f"data.env_kwargs {kwargs} not accepted by '{env_id}': {err}") from None
+    except (ImportError, gym.error.DependencyNotInstalled) as err:
+        raise UserInputError(f"environment '{env_id}' needs a package that is not installed: {err}") from None
+
+
+def check_spaces(env: gym.Env, env_id: str, vector_obs: bool = True) -> EnvSpec:
+    """Validate that TD3 can drive ``env`` and return its :class:`EnvSpec`.
+
+    Args:
+        env: the environment to inspect.
+        env_id: its id, for the messages.
+        vector_obs: require a 1-D observation (the MLP networks).
+    """
+    act, obs = env.action_space, env.observation_space
+    if not isinstance(act, gym.spaces.Box):
+        raise UserInputError(
+            f"'{env_id}' has a {act} action space; TD3 needs a continuous Box action space "
+            "(for LunarLander-v3 set data.env_kwargs '{continuous: true}')"
+        )
+    low, high = np.asarray(act.low, dtype=np.float64), np.asarray(act.high, dtype=np.float64)
+    if act.shape is None or len(act.shape) != 1:
+        raise UserInputError(f"'{env_id}' has action shape {act.shape}; TD3 needs a 1-D action vector")
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        raise UserInputError(
+            f"'{env_id}' has an unbounded action space (low={low.tolist()}, high={high.tolist()}); "
+            "TD3's actor needs finite bounds: wrap the env with gymnasium.wrappers.ClipAction or RescaleAction"
+        )
+    if not isinstance(obs, gym.spaces.Box) or obs.shape is None:
+        raise UserInputError(f"'{env_id}' has a {obs} observation space; TD3 here needs a Box observation space")
+    if vector_obs and len(obs.shape) != 1:
+        raise UserInputError(
+            f"'{env_id}' has observations of shape {obs.shape}, not a vector; the MLP networks need a 1-D "
+            "observation: use a state-vector env (e.g. CarRacingState-v0) or flatten the observation"
+        )
+    return EnvSpec(tuple(obs.shape), obs.dtype, low.tolist(), high.tolist())

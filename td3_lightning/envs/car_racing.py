@@ -1,0 +1,507 @@
+"""CarRacing with a compact state vector instead of pixels: ``CarRacingState-v0``.
+
+gymnasium's ``CarRacing`` draws a 96x96 image with pygame on every ``step``; that
+drawing costs far more than the Box2D physics.  :class:`CarRacingState` runs the
+very same physics, track generation, tile contacts and reward book-keeping, but
+never draws on ``step``: it returns a float32 feature vector computed from the
+simulator state.  ``render()`` (``render_mode="rgb_array"`` or ``"human"``) still
+draws the usual CarRacing view, e.g. for videos.
+
+Reward, ``terminated`` and ``truncated`` are CarRacing-v3's, frame for frame:
+-0.1 per physics frame, +1000/N for each newly visited tile (N tiles), a step
+reward of -100 and ``terminated`` when the car leaves the playfield,
+``terminated`` when the lap is complete, and ``truncated`` after 1000 physics
+frames (the env counts the frames itself, see :class:`CarRacingState`).  The
+summed reward is therefore the standard CarRacing score.  The only exceptions
+are the training aids ``max_off_road_frames`` / ``off_road_penalty`` which are
+off by default.
+
+Conventions
+-----------
+Everything is expressed in the car frame: ``x`` points to the car's right,
+``y`` points forward (the direction the hull's nose points).  Signs are chosen
+so that "right" is positive everywhere, matching the action (steer +1 = right).
+Track geometry uses the centre line: the ``N`` track points ``P_i`` with
+tangent angle ``beta_i``; the road is ``2 * TRACK_WIDTH`` wide (TRACK_WIDTH =
+6.67 world units; a tile is 3.5 units long).  Top speed of the car is about
+100 units/s (Box2D's per-step translation cap), so speeds are divided by 100.
+
+Features (index: name -- meaning -- documented range).  Every value is clipped
+into its documented range, so observations always lie in ``observation_space``,
+and a non-finite value (never seen, but the physics is not ours) becomes 0.
+
+ idx    name                meaning                                          range
+ 0      v_forward           hull velocity along the car's nose / 100         [-1.5, 1.5]
+ 1      v_right             hull velocity to the car's right / 100           [-1.5, 1.5]
+ 2      yaw_rate            turning rate / 5 rad/s, + = turning right        [-3, 3]
+ 3      steer_angle         front-wheel angle / 0.4 rad (the joint limit,    [-1.25, 1.25]
+                            Box2D lets it overshoot a little), + = right
+ 4      gas_level           current rear-wheel throttle (CarRacing ramps     [0, 1]
+                            gas up by at most 0.1 per frame: it lags the
+                            action)
+ 5-8    wheel_speed_fl/fr/rl/rr
+                            wheel rim speed (omega * radius) / 100 of the    [-2, 2]
+                            front-left, front-right, rear-left, rear-right
+                            wheel; minus v_forward it is the wheel's spin
+                            (> 0) or lock (< 0)
+ 9-12   grass_fl/fr/rl/rr   1 if that wheel touches no road tile (grass      {0, 1}
+                            grip is 60% of road grip), else 0
+ 13     lateral_offset      signed distance of the hull centre from the      [-5, 5]
+                            track centre line / TRACK_WIDTH: +-1 is the
+                            road edge, + = right of the centre line;
+                            saturates 33 units from the centre
+ 14     heading_sin         sin of the angle from the track direction to     [-1, 1]
+                            the car's nose, + = nose right of the track
+ 15     heading_cos         cos of that angle (-1 = driving backwards)       [-1, 1]
+ 16-39  ahead_K_x,          for the 12 look-ahead distances K in             [-4, 4]
+        ahead_K_y           LOOKAHEAD_TILES = 1, 2, 3, 5, 7, 10, 14, 19,
+                            25, 32, 40, 50 tiles (3.5 to 175 units along
+                            the centre line from the car's projection on
+                            it): that centre-line point in the car frame
+                            (x right, y forward) divided by (K * 3.5 +
+                            TRACK_WIDTH).  On the road each pair is about
+                            a unit bearing vector; together they give the
+                            curvature coming up (175 units is ~1.8 s at
+                            top speed, more than the braking distance).
+                            Near points saturate when the car is far off.
+ 40     track_progress      the car's position along the lap: fraction of    [0, 1]
+                            the track from the start tile
+ 41     tiles_visited       fraction of the N tiles visited so far           [0, 1]
+ 42     off_road_time       consecutive frames with all four wheels off the  [0, 1]
+                            road / 100, saturating at 1 (with
+                            max_off_road_frames it tells the agent how
+                            close the off-road termination is)
+
+The projection onto the centre line is tracked from step to step (a local
+search around the previous track point, falling back to the nearest point of
+the whole track when the car is more than 2 * TRACK_WIDTH away from the local
+candidates), and positions and tangents are interpolated between track points,
+so the features change smoothly as the car moves.  There are no ray-cast
+distances to the road edge: the road is a ribbon of constant width around the
+centre line, so the lateral offset and the look-ahead points already fix where
+the edges are, and ray casting in Python would cost more than the physics.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.envs.box2d.car_dynamics import Car
+from gymnasium.envs.box2d.car_racing import (
+    FPS,
+    PLAYFIELD,
+    TRACK_DETAIL_STEP,
+    TRACK_WIDTH,
+    CarRacing,
+    FrictionDetector,
+)
+from gymnasium.utils import EzPickle, seeding
+
+ENV_ID = "CarRacingState-v0"
+
+#: physics frames after which CarRacing-v3's TimeLimit truncates an episode
+CAR_RACING_MAX_FRAMES = 1000
+
+#: look-ahead distances along the centre line, in tiles (one tile = TRACK_DETAIL_STEP units)
+LOOKAHEAD_TILES = (1, 2, 3, 5, 7, 10, 14, 19, 25, 32, 40, 50)
+
+_SPEED_SCALE = 100.0
+_YAW_SCALE = 5.0
+_STEER_LIMIT = 0.4  # revolute joint limit of the front wheels (rad)
+_OFF_ROAD_SCALE = 100.0
+_DT = 1.0 / FPS
+
+_WHEELS = ("fl", "fr", "rl", "rr")
+
+
+def _feature_table() -> list[tuple[str, float, float]]:
+    table = [
+        ("v_forward", -1.5, 1.5),
+        ("v_right", -1.5, 1.5),
+        ("yaw_rate", -3.0, 3.0),
+        ("steer_angle", -1.25, 1.25),
+        ("gas_level", 0.0, 1.0),
+    ]
+    table += [(f"wheel_speed_{w}", -2.0, 2.0) for w in _WHEELS]
+    table += [(f"grass_{w}", 0.0, 1.0) for w in _WHEELS]
+    table += [("lateral_offset", -5.0, 5.0), ("heading_sin", -1.0, 1.0), ("heading_cos", -1.0, 1.0)]
+    for k in LOOKAHEAD_TILES:
+        table += [(f"ahead_{k}_x", -4.0, 4.0), (f"ahead_{k}_y", -4.0, 4.0)]
+    table += [("track_progress", 0.0, 1.0), ("tiles_visited", 0.0, 1.0), ("off_road_time", 0.0, 1.0)]
+    return table
+
+
+_TABLE = _feature_table()
+#: names of the observation entries, in order
+FEATURE_NAMES: tuple[str, ...] = tuple(name for name, _, _ in _TABLE)
+#: documented lower / upper bound of each observation entry
+FEATURE_LOW = np.array([lo for _, lo, _ in _TABLE], dtype=np.float32)
+FEATURE_HIGH = np.array([hi for _, _, hi in _TABLE], dtype=np.float32)
+N_FEATURES = len(_TABLE)
+
+_AHEAD_START = FEATURE_NAMES.index(f"ahead_{LOOKAHEAD_TILES[0]}_x")
+_AHEAD_STOP = _AHEAD_START + 2 * len(LOOKAHEAD_TILES)
+_AHEAD_OFFSETS = np.array(LOOKAHEAD_TILES, dtype=np.float64)
+_AHEAD_INV_SCALE = 1.0 / (_AHEAD_OFFSETS * TRACK_DETAIL_STEP + TRACK_WIDTH)
+# when the car is further than this from the tracked centre-line point, search the whole track
+_RELOCATE_DIST2 = (2.0 * TRACK_WIDTH) ** 2
+
+
+class CarRacingState(CarRacing):
+    """CarRacing (continuous actions) observed through a float32 feature vector.
+
+    Actions are CarRacing's: ``[steer in -1..1 (+1 = right), gas in 0..1,
+    brake in 0..1]``, applied exactly as CarRacing-v3 applies them (no extra
+    clipping).  Observations: see the module docstring (``FEATURE_NAMES``,
+    ``FEATURE_LOW``, ``FEATURE_HIGH``).
+
+    The time limit is enforced by the env itself, in physics frames, so the
+    registered ``CarRacingState-v0`` has no ``TimeLimit`` wrapper: ``truncated``
+    is True on the step whose last frame is frame ``max_episode_frames``
+    (1000, as CarRacing-v3's ``TimeLimit``) whatever ``action_repeat`` is.  Do
+    not pass ``max_episode_steps`` to ``gymnasium.make`` (that would count
+    agent steps, not frames).
+
+    Keyword-only options:
+        render_mode: None (nothing is ever drawn), ``"rgb_array"`` (``render()``
+            returns the 400x600x3 CarRacing video frame) or ``"human"``.
+        track_seed: None: a new random track on every reset, drawn from the
+            env's RNG exactly as CarRacing does (so ``reset(seed=s)`` gives
+            CarRacing-v3's track for seed ``s``).  An int: the same track on
+            every reset whatever seed ``reset`` gets -- the track CarRacing-v3
+            builds after ``reset(seed=track_seed)`` (e.g. 123 for a fixed
+            training track).  The reset seed still seeds the env's RNG (only
+            used for colours with ``domain_randomize``).
+        action_repeat: each ``step`` applies the action for this many physics
+            frames (stopping early when the episode ends or the frame limit is
+            reached) and returns the sum of the per-frame rewards, so the
+            episode score is unchanged.  ``info["frames"]`` counts frames.
+        max_off_road_frames: TRAINING AID, changes the episode.  None (default)
+            = CarRacing's rules.  An int M: the episode also terminates
+            (``info["off_road_terminated"] = True``) on the M-th consecutive
+            physics frame in which all four wheels are off the road.  Scores
+            of such episodes are not standard CarRacing scores; evaluate with
+            None.
+        off_road_penalty: TRAINING AID, only with ``max_off_road_frames``:
+            this amount is subtracted from the reward of the step in which the
+            off-road termination happens (default 0.0: no change of reward).
+        lap_complete_percent: fraction of tiles that must be visited before
+            touching the start tile completes the lap (CarRacing's option).
+        domain_randomize: CarRacing's colour randomisation (only affects
+            ``render()``; with it, colours are drawn from the env RNG before
+            the track, as in CarRacing).
+        max_episode_frames: physics-frame time limit (default 1000 as
+            CarRacing-v3's registration); None disables truncation.
+        verbose: CarRacing's verbose flag (prints track generation details).
+    """
+
+    metadata = {"render_modes": ["human", "rgb_array"], "render_fps": FPS}
+
+    def __init__(
+        self,
+        *,
+        render_mode: str | None = None,
+        track_seed: int | None = None,
+        action_repeat: int = 1,
+        max_off_road_frames: int | None = None,
+        off_road_penalty: float = 0.0,
+        lap_complete_percent: float = 0.95,
+        domain_randomize: bool = False,
+        max_episode_frames: int | None = CAR_RACING_MAX_FRAMES,
+        verbose: bool = False,
+    ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None, 'rgb_array' or 'human', got {render_mode!r}")
+        if int(action_repeat) != action_repeat or action_repeat < 1:
+            raise ValueError(f"action_repeat must be an integer >= 1, got {action_repeat!r}")
+        if max_off_road_frames is not None and (
+            int(max_off_road_frames) != max_off_road_frames or max_off_road_frames < 1
+        ):
+            raise ValueError(f"max_off_road_frames must be None or an integer >= 1, got {max_off_road_frames!r}")
+        if max_episode_frames is not None and (
+            int(max_episode_frames) != max_episode_frames or max_episode_frames < 1
+        ):
+            raise ValueError(f"max_episode_frames must be None or an integer >= 1, got {max_episode_frames!r}")
+        if track_seed is not None and (int(track_seed) != track_seed or track_seed < 0):
+            raise ValueError(f"track_seed must be None or a non-negative integer, got {track_seed!r}")
+        super().__init__(
+            render_mode=render_mode,
+            verbose=verbose,
+            lap_complete_percent=lap_complete_percent,
+            domain_randomize=domain_randomize,
+            continuous=True,
+        )
+        EzPickle.__init__(
+            self,
+            render_mode=render_mode,
+            track_seed=track_seed,
+            action_repeat=action_repeat,
+            max_off_road_frames=max_off_road_frames,
+            off_road_penalty=off_road_penalty,
+            lap_complete_percent=lap_complete_percent,
+            domain_randomize=domain_randomize,
+            max_episode_frames=max_episode_frames,
+            verbose=verbose,
+        )
+        self.track_seed = None if track_seed is None else int(track_seed)
+        self.action_repeat = int(action_repeat)
+        self.max_off_road_frames = None if max_off_road_frames is None else int(max_off_road_frames)
+        self.off_road_penalty = float(off_road_penalty)
+        self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
+        self.observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
+        self.frames = 0
+        self.off_road_frames = 0
+        self._near = 0
+        self._pts: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        gym.Env.reset(self, seed=seed)
+        self._destroy()
+        # a fresh contact listener per episode, as CarRacing does
+        self.world.contactListener_bug_workaround = FrictionDetector(self, self.lap_complete_percent)
+        self.world.contactListener = self.world.contactListener_bug_workaround
+        self.reward = 0.0
+        self.prev_reward = 0.0
+        self.tile_visited_count = 0
+        self.t = 0.0
+        self.new_lap = False
+        self.road_poly = []
+        if self.domain_randomize:
+            randomize = True
+            if isinstance(options, dict) and "randomize" in options:
+                randomize = options["randomize"]
+            self._reinit_colors(randomize)
+
+        if self.track_seed is None:
+            while not self._create_track():
+                pass
+        else:
+            # build the track from its own generator; the env RNG is left untouched
+            env_rng = self.np_random
+            self._np_random = seeding.np_random(self.track_seed)[0]
+            try:
+                while not self._create_track():
+                    pass
+            finally:
+                self._np_random = env_rng
+        self.car = Car(self.world, *self.track[0][1:4])
+        self._prepare_track_arrays()
+
+        # CarRacing's reset advances the world by one frame without an action
+        # (tile contacts of that frame are credited to the first step's reward)
+        self.car.step(_DT)
+        self.world.Step(_DT, 6 * 30, 2 * 30)
+        self.t += _DT
+
+        self.frames = 0
+        self.off_road_frames = 0
+        self._near = 0
+        if self.render_mode == "human":
+            self.render()
+        return self._observe(), self._info(False, False, False)
+
+    def _prepare_track_arrays(self) -> None:
+        track = np.asarray(self.track, dtype=np.float64)  # rows: alpha, beta, x, y
+        pts = np.ascontiguousarray(track[:, 2:4])
+        seg = np.roll(pts, -1, axis=0) - pts  # segment i goes from point i to point i+1
+        self._pts = pts
+        self._seg = seg
+        self._seg_inv_len2 = 1.0 / np.maximum(np.einsum("ij,ij->i", seg, seg), 1e-12)
+        beta = track[:, 1]
+        # unit tangent (direction of travel) at each point; the road edges are
+        # P_i -/+ TRACK_WIDTH * (cos beta_i, sin beta_i)
+        self._tan = np.stack([-np.sin(beta), np.cos(beta)], axis=1)
+        # python lists for the scalar code in the per-step projection
+        self._px = pts[:, 0].tolist()
+        self._py = pts[:, 1].tolist()
+        self._sx = seg[:, 0].tolist()
+        self._sy = seg[:, 1].tolist()
+        self._sinv = self._seg_inv_len2.tolist()
+        self._tx = self._tan[:, 0].tolist()
+        self._ty = self._tan[:, 1].tolist()
+        self._n_track = len(pts)
+
+    # ------------------------------------------------------------------- step
+    def step(self, action):
+        assert self.car is not None, "call reset() before step()"
+        act = np.asarray(action, dtype=np.float64)  # CarRacing casts the action to float64 too
+        steer, gas, brake = -float(act[0]), float(act[1]), float(act[2])
+        car = self.car
+        world = self.world
+        n_frames = self.action_repeat
+        if self.max_episode_frames is not None:
+            n_frames = max(1, min(n_frames, self.max_episode_frames - self.frames))
+        total = 0.0
+        terminated = lap_finished = out_of_field = off_road_end = False
+        for _ in range(n_frames):
+            car.steer(steer)
+            car.gas(gas)
+            car.brake(brake)
+            car.step(_DT)
+            world.Step(_DT, 6 * 30, 2 * 30)
+            self.t += _DT
+            self.frames += 1
+            # CarRacing-v3's reward book-keeping, frame by frame
+            self.reward -= 0.1
+            car.fuel_spent = 0.0
+            frame_reward = self.reward - self.prev_reward
+            self.prev_reward = self.reward
+            if self.tile_visited_count == len(self.track) or self.new_lap:
+                terminated = lap_finished = True
+            x, y = car.hull.position
+            if abs(x) > PLAYFIELD or abs(y) > PLAYFIELD:
+                terminated, lap_finished, out_of_field = True, False, True
+                frame_reward = -100
+            # training aid: consecutive frames with every wheel off the road
+            w = car.wheels
+            if w[0].tiles or w[1].tiles or w[2].tiles or w[3].tiles:
+                self.off_road_frames = 0
+            else:
+                self.off_road_frames += 1
+            if (
+                not terminated
+                and self.max_off_road_frames is not None
+                and self.off_road_frames >= self.max_off_road_frames
+            ):
+                terminated = off_road_end = True
+                frame_reward -= self.off_road_penalty
+            total += frame_reward
+            if self.render_mode == "human":
+                self.render()
+            if terminated:
+                break
+        truncated = self.max_episode_frames is not None and self.frames >= self.max_episode_frames
+        return self._observe(), total, terminated, truncated, self._info(lap_finished, out_of_field, off_road_end)
+
+    def _info(self, lap_finished: bool, out_of_field: bool, off_road_end: bool) -> dict[str, Any]:
+        return {
+            "frames": self.frames,
+            "tiles_visited": self.tile_visited_count,
+            "tiles_total": len(self.track),
+            "lap_finished": lap_finished,
+            "out_of_playfield": out_of_field,
+            "off_road_frames": self.off_road_frames,
+            "off_road_terminated": off_road_end,
+        }
+
+    # --------------------------------------------------------------- features
+    def _locate(self, px: float, py: float) -> int:
+        """Index of the track point nearest to (px, py), tracked from the last step."""
+        n = self._n_track
+        xs, ys = self._px, self._py
+        best, best_d2 = self._near, math.inf
+        for i in range(self._near - 4, self._near + 6 + 2 * self.action_repeat):
+            i %= n
+            dx = xs[i] - px
+            dy = ys[i] - py
+            d2 = dx * dx + dy * dy
+            if d2 < best_d2:
+                best, best_d2 = i, d2
+        if best_d2 > _RELOCATE_DIST2:
+            d = self._pts - (px, py)
+            best = int(np.argmin(np.einsum("ij,ij->i", d, d)))
+        return best
+
+    def _observe(self) -> np.ndarray:
+        car = self.car
+        hull = car.hull
+        px, py = hull.position
+        ang = hull.angle
+        fx, fy = -math.sin(ang), math.cos(ang)  # nose direction
+        rx, ry = fy, -fx  # car's right
+        vx, vy = hull.linearVelocity
+
+        # projection of the hull centre onto the centre line (segment i, parameter u)
+        n = self._n_track
+        i = self._locate(px, py)
+        self._near = i
+        xs, ys, sx, sy, sinv = self._px, self._py, self._sx, self._sy, self._sinv
+        u = ((px - xs[i]) * sx[i] + (py - ys[i]) * sy[i]) * sinv[i]
+        if u < 0.0:
+            i = (i - 1) % n
+            u = ((px - xs[i]) * sx[i] + (py - ys[i]) * sy[i]) * sinv[i]
+        u = min(max(u, 0.0), 1.0)
+        j = (i + 1) % n
+        cx, cy = xs[i] + u * sx[i], ys[i] + u * sy[i]
+        tx = (1.0 - u) * self._tx[i] + u * self._tx[j]
+        ty = (1.0 - u) * self._ty[i] + u * self._ty[j]
+        tn = math.hypot(tx, ty)
+        if tn > 1e-9:
+            tx, ty = tx / tn, ty / tn
+        else:  # opposite tangents (cannot happen on a generated track)
+            tx, ty = sx[i] * math.sqrt(sinv[i]), sy[i] * math.sqrt(sinv[i])
+        nx, ny = ty, -tx  # track's right
+        lateral = ((px - cx) * nx + (py - cy) * ny) / TRACK_WIDTH
+        s = i + u
+
+        # look-ahead points on the centre line, in the car frame
+        pos = s + _AHEAD_OFFSETS
+        k = pos.astype(np.int64)
+        frac = (pos - k)[:, None]
+        k %= n
+        q = self._pts[k] + frac * self._seg[k]
+        q -= (px, py)
+        ahead = q @ np.array([[rx, fx], [ry, fy]])
+        ahead *= _AHEAD_INV_SCALE[:, None]
+
+        w = car.wheels
+        head = [
+            (vx * fx + vy * fy) / _SPEED_SCALE,
+            (vx * rx + vy * ry) / _SPEED_SCALE,
+            -hull.angularVelocity / _YAW_SCALE,
+            -w[0].joint.angle / _STEER_LIMIT,
+            float(w[2].gas),
+            w[0].omega * w[0].wheel_rad / _SPEED_SCALE,
+            w[1].omega * w[1].wheel_rad / _SPEED_SCALE,
+            w[2].omega * w[2].wheel_rad / _SPEED_SCALE,
+            w[3].omega * w[3].wheel_rad / _SPEED_SCALE,
+            0.0 if w[0].tiles else 1.0,
+            0.0 if w[1].tiles else 1.0,
+            0.0 if w[2].tiles else 1.0,
+            0.0 if w[3].tiles else 1.0,
+            lateral,
+            fx * nx + fy * ny,
+            fx * tx + fy * ty,
+        ]
+        tail = [
+            s / n,
+            self.tile_visited_count / n,
+            min(self.off_road_frames / _OFF_ROAD_SCALE, 1.0),
+        ]
+        obs = np.empty(N_FEATURES, dtype=np.float32)
+        obs[:_AHEAD_START] = head
+        obs[_AHEAD_START:_AHEAD_STOP] = ahead.ravel()
+        obs[_AHEAD_STOP:] = tail
+        if not np.isfinite(obs).all():  # never hand out NaN/inf, whatever the physics did
+            np.nan_to_num(obs, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+        np.maximum(obs, FEATURE_LOW, out=obs)
+        np.minimum(obs, FEATURE_HIGH, out=obs)
+        return obs
+
+    # ------------------------------------------------------------------ misc
+    def track_points(self) -> np.ndarray:
+        """Copy of the centre-line points of the current track, shape (N, 2)."""
+        if self._pts is None:
+            raise RuntimeError("call reset() first")
+        return self._pts.copy()
+
+
+def register_envs() -> None:
+    """Register ``CarRacingState-v0`` with gymnasium (safe to call repeatedly).
+
+    Registered without ``max_episode_steps``: the env truncates after 1000
+    physics frames by itself (see :class:`CarRacingState`).
+    """
+    if ENV_ID in gym.registry:
+        return
+    gym.register(
+        id=ENV_ID,
+        entry_point="td3_lightning.envs.car_racing:CarRacingState",
+        max_episode_steps=None,
+        reward_threshold=900,
+    )

@@ -1,0 +1,287 @@
+"""TD3 (Fujimoto et al., 2018) as a LightningModule: the update and nothing about environments."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+from torchmetrics import CatMetric, MeanMetric
+
+from td3_lightning.errors import UserInputError
+from td3_lightning.networks import Actor, CriticEnsemble
+
+CHECKPOINT_KEY = "td3_lightning"
+FORMAT_VERSION = 1
+
+
+def _noop_closure() -> None:
+    return None
+
+
+class TD3(L.LightningModule):
+    """Twin Delayed DDPG with manual optimization.
+
+    One ``training_step`` is one critic update on one replay batch (the ``EnvLoop``
+    callback takes one environment step before it); every ``policy_freq`` steps the actor
+    is updated through the first critic and all targets track their networks by Polyak
+    averaging. ``trainer.global_step`` counts training steps, i.e. environment steps after
+    the warm-up.
+
+    Args:
+        obs_shape: shape of one observation (from the env; linked automatically by the CLI).
+        action_low: lower action bounds (from the env; linked automatically by the CLI).
+        action_high: upper action bounds (from the env; linked automatically by the CLI).
+        hidden_dims: hidden layer sizes of the actor and of every critic.
+        num_critics: number of critics; the target takes the minimum over all of them (≥ 2).
+        gamma: discount factor.
+        tau: Polyak averaging rate of the target networks (1 = hard copy).
+        policy_noise: std of the target-policy smoothing noise, relative to half the action range.
+        noise_clip: clip of the target-policy smoothing noise, relative to half the action range.
+        policy_freq: actor and target updates happen every ``policy_freq`` critic updates.
+        exploration_noise: std of the Gaussian exploration noise added to the actor's action
+            while collecting data, relative to half the action range.
+        actor_lr: Adam learning rate of the actor.
+        critic_lr: Adam learning rate of the critics.
+    """
+
+    def __init__(
+        self,
+        obs_shape: list[int],
+        action_low: list[float],
+        action_high: list[float],
+        hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
+        num_critics: int = 2,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        policy_noise: float = 0.2,
+        noise_clip: float = 0.5,
+        policy_freq: int = 2,
+        exploration_noise: float = 0.1,
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+    ) -> None:
+        super().__init__()
+        _check_hparams(
+            obs_shape=obs_shape, action_low=action_low, action_high=action_high, hidden_dims=hidden_dims,
+            num_critics=num_critics, gamma=gamma, tau=tau, policy_noise=policy_noise, noise_clip=noise_clip,
+            policy_freq=policy_freq, exploration_noise=exploration_noise, actor_lr=actor_lr, critic_lr=critic_lr,
+        )
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+
+        obs_dim, action_dim = int(obs_shape[0]), len(action_low)
+        self.actor = Actor(obs_dim, action_low, action_high, hidden_dims)
+        self.critic = CriticEnsemble(obs_dim, action_dim, hidden_dims, num_critics)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False).eval()
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False).eval()
+
+        self.num_critic_updates = 0
+        self.num_actor_updates = 0
+        self._noise_gen: torch.Generator | None = None
+        self._noise_gen_state: Tensor | None = None  # restored from a checkpoint, applied on first use
+        self._train_sums: Tensor | None = None  # critic loss, q, actor loss, count, actor count
+
+        self.val_return = MeanMetric()
+        self.val_length = MeanMetric()
+        self.test_returns = CatMetric()
+        self.test_lengths = CatMetric()
+        self.test_seconds = MeanMetric()
+
+    # ------------------------------------------------------------------ the TD3 update
+    @torch.no_grad()
+    def td_target(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> Tensor:
+        """``r + gamma * (1 - terminated) * min_i Q'_i(s', clip(pi'(s') + clip(eps)))``.
+
+        Args:
+            batch: replay batch with ``reward``, ``next_obs``, ``terminated`` and ``action``.
+            noise: standard-normal draws shaped like ``batch["action"]`` (drawn here if None).
+        """
+        hp = self.hparams
+        scale, bias = self.actor.action_scale, self.actor.action_bias
+        if noise is None:
+            noise = self._standard_normal(batch["action"])
+        eps = (noise * hp.policy_noise).clamp(-hp.noise_clip, hp.noise_clip) * scale
+        next_action = torch.clamp(self.actor_target(batch["next_obs"]) + eps, bias - scale, bias + scale)
+        next_q = self.critic_target(batch["next_obs"], next_action).min(dim=0).values
+        not_done = 1.0 - batch["terminated"].float()
+        return batch["reward"] + hp.gamma * not_done * next_q
+
+    def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Sum over critics of the mean squared TD error; also returns the critics' Q values."""
+        q = self.critic(batch["obs"], batch["action"])  # (num_critics, batch)
+        return (q - self.td_target(batch, noise)).pow(2).mean(dim=1).sum(), q
+
+    def actor_loss(self, batch: dict[str, Tensor]) -> Tensor:
+        """``-Q_1(s, pi(s))`` with the critic's weights held fixed."""
+        return -self.critic.q1(batch["obs"], self.actor(batch["obs"]), detach_params=True).mean()
+
+    @torch.no_grad()
+    def update_targets(self) -> None:
+        """Polyak averaging ``theta' <- (1 - tau) theta' + tau theta`` of every target network."""
+        online = [*self.actor.parameters(), *self.critic.parameters()]
+        target = [*self.actor_target.parameters(), *self.critic_target.parameters()]
+        torch._foreach_lerp_(target, online, self.hparams.tau)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        critic_opt, actor_opt = self.optimizers()  # type: ignore[misc]
+        loss_q, q = self.critic_loss(batch)
+        critic_opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss_q)
+        critic_opt.step()  # the one optimizer step per training step that global_step counts
+        self.num_critic_updates += 1
+
+        loss_pi = None
+        if self.num_critic_updates % self.hparams.policy_freq == 0:
+            loss_pi = self.actor_loss(batch)
+            actor_opt.zero_grad(set_to_none=True)
+            self.manual_backward(loss_pi)
+            self._uncounted_step(actor_opt)
+            self.update_targets()
+            self.num_actor_updates += 1
+        self._track(loss_q, q, loss_pi)
+
+    def _uncounted_step(self, optimizer: Any) -> None:
+        """An optimizer step through the strategy (precision plugins, loss scaling) that does
+        not advance ``global_step``, so that ``global_step`` counts training steps."""
+        self.trainer.strategy.optimizer_step(optimizer.optimizer, _noop_closure, model=self)
+
+    # ------------------------------------------------------------------ random streams
+    def _standard_normal(self, like: Tensor) -> Tensor:
+        """Target-policy noise from the module's own generator (saved in checkpoints)."""
+        if self._noise_gen is None or self._noise_gen.device != like.device:
+            self._noise_gen = torch.Generator(device=like.device)
+            if self._noise_gen_state is not None:
+                self._noise_gen.set_state(self._noise_gen_state)
+                self._noise_gen_state = None
+            else:
+                self._noise_gen.manual_seed(int(torch.randint(2**62, (1,)).item()))
+        return torch.randn(like.shape, generator=self._noise_gen, device=like.device, dtype=torch.float32)
+
+    def on_fit_start(self) -> None:
+        # draw the noise seed now, in a fixed order relative to the other seeded streams
+        if self._noise_gen is None:
+            self._standard_normal(torch.empty(0, device=self.device))
+
+    # ------------------------------------------------------------------ logging
+    def _track(self, loss_q: Tensor, q: Tensor, loss_pi: Tensor | None) -> None:
+        """Accumulate training statistics on the device; log their means every
+        ``trainer.log_every_n_steps`` steps (no host sync on the other steps)."""
+        if self._train_sums is None or self._train_sums.device != loss_q.device:
+            self._train_sums = torch.zeros(5, device=loss_q.device)
+        s = self._train_sums
+        s[0] += loss_q.detach()
+        s[1] += q[0].detach().mean()
+        s[3] += 1
+        if loss_pi is not None:
+            s[2] += loss_pi.detach()
+            s[4] += 1
+        every = max(1, self.trainer.log_every_n_steps)
+        if self.global_step % every == 0:
+            metrics = {"train/critic_loss": s[0] / s[3], "train/q": s[1] / s[3]}
+            if float(s[4]) > 0:
+                metrics["train/actor_loss"] = s[2] / s[4]
+            self.log_dict(metrics, on_step=True, on_epoch=False)
+            s.zero_()
+
+    # ------------------------------------------------------------------ evaluation
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        """One batch is one finished deterministic episode (played by the eval data stream)."""
+        self.val_return.update(batch["return"])
+        self.val_length.update(batch["length"])
+        self.log("val/return", self.val_return, on_step=False, on_epoch=True, prog_bar=True)
+        self.log("val/episode_length", self.val_length, on_step=False, on_epoch=True)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self.test_returns.update(batch["return"])
+        self.test_lengths.update(batch["length"])
+        self.test_seconds.update(batch["seconds"])
+
+    def on_test_epoch_end(self) -> None:
+        returns = self.test_returns.compute().float().reshape(-1)
+        lengths = self.test_lengths.compute().float().reshape(-1)
+        std = returns.std(unbiased=False) if returns.numel() > 1 else torch.zeros(())
+        self.log_dict(
+            {
+                "test/return": returns.mean(),
+                "test/return_std": std,
+                "test/return_min": returns.min(),
+                "test/return_max": returns.max(),
+                "test/episode_length": lengths.mean(),
+                "test/episodes": float(returns.numel()),
+                "test/seconds_per_episode": self.test_seconds.compute(),
+            }
+        )
+        self.test_returns.reset()
+        self.test_lengths.reset()
+        self.test_seconds.reset()
+
+    # ------------------------------------------------------------------ optimizers and state
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        # order matters: the first (critic) optimizer's steps are the ones global_step counts
+        critic_opt = torch.optim.Adam(self.critic.parameters(), lr=self.hparams.critic_lr)
+        actor_opt = torch.optim.Adam(self.actor.parameters(), lr=self.hparams.actor_lr)
+        return [critic_opt, actor_opt]
+
+    def train(self, mode: bool = True) -> TD3:
+        super().train(mode)
+        self.actor_target.eval()  # targets are never in train mode
+        self.critic_target.eval()
+        return self
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        """Add the environment loop when the trainer has none (plain ``Trainer`` use)."""
+        from td3_lightning.callbacks import EnvLoop
+
+        trainer = getattr(self, "_trainer", None)
+        if trainer is not None and any(isinstance(c, EnvLoop) for c in trainer.callbacks):
+            return []
+        return [EnvLoop()]
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_KEY] = {
+            "format_version": FORMAT_VERSION,
+            "algorithm": "TD3",
+            "num_critic_updates": self.num_critic_updates,
+            "num_actor_updates": self.num_actor_updates,
+            "noise_rng": self._noise_gen.get_state() if self._noise_gen is not None else None,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        meta = checkpoint.get(CHECKPOINT_KEY)
+        if meta is None:
+            raise UserInputError("the checkpoint was not written by td3_lightning (no 'td3_lightning' section)")
+        if meta.get("algorithm") != "TD3":
+            raise UserInputError(f"the checkpoint holds a '{meta.get('algorithm')}' model, not TD3")
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise UserInputError(
+                f"the checkpoint has format version {meta.get('format_version')}; this td3_lightning reads "
+                f"version {FORMAT_VERSION}"
+            )
+        self.num_critic_updates = int(meta.get("num_critic_updates", 0))
+        self.num_actor_updates = int(meta.get("num_actor_updates", 0))
+        self._noise_gen, self._noise_gen_state = None, meta.get("noise_rng")
+
+
+def _check_hparams(**hp: Any) -> None:
+    """One clear line for every hyperparameter out of range."""
+    low, high = hp["action_low"], hp["action_high"]
+    rules = [
+        (len(hp["obs_shape"]) == 1, f"obs_shape {hp['obs_shape']} is not a vector; the MLP networks need 1-D observations"),
+        (len(low) == len(high) and len(low) > 0, "action_low and action_high must have the same, non-zero length"),
+        (all(lo < hi for lo, hi in zip(low, high)), f"every action_low must be < action_high, got {low} and {high}"),
+        (len(hp["hidden_dims"]) > 0 and all(h > 0 for h in hp["hidden_dims"]), "model.hidden_dims must be positive sizes"),
+        (hp["num_critics"] >= 2, f"model.num_critics must be at least 2 (clipped double-Q), got {hp['num_critics']}"),
+        (0.0 <= hp["gamma"] <= 1.0, f"model.gamma must be in [0, 1], got {hp['gamma']}"),
+        (0.0 < hp["tau"] <= 1.0, f"model.tau must be in (0, 1], got {hp['tau']}"),
+        (hp["policy_noise"] >= 0, f"model.policy_noise must be >= 0, got {hp['policy_noise']}"),
+        (hp["noise_clip"] >= 0, f"model.noise_clip must be >= 0, got {hp['noise_clip']}"),
+        (hp["policy_freq"] >= 1, f"model.policy_freq must be >= 1, got {hp['policy_freq']}"),
+        (hp["exploration_noise"] >= 0, f"model.exploration_noise must be >= 0, got {hp['exploration_noise']}"),
+        (hp["actor_lr"] > 0 and hp["critic_lr"] > 0, "model.actor_lr and model.critic_lr must be > 0"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise UserInputError(message)

@@ -1,0 +1,111 @@
+"""Plain ``nn.Module`` networks: a bounded actor and a batched critic ensemble.
+
+Both are independent of Lightning and of any environment: the actor maps an observation
+to an action inside the env's bounds by itself (tanh, then the ``action_scale`` and
+``action_bias`` buffers), so a saved or exported actor needs nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+def mlp(sizes: Sequence[int], activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    """Linear layers of the given sizes with ``activation`` between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(n_in, n_out))
+        if i < len(sizes) - 2:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+class Actor(nn.Module):
+    """Deterministic policy ``obs -> action`` with every action inside ``[low, high]``.
+
+    Args:
+        obs_dim: length of the observation vector.
+        action_low: lower bound of each action dimension.
+        action_high: upper bound of each action dimension.
+        hidden_dims: sizes of the hidden layers.
+    """
+
+    action_scale: Tensor
+    action_bias: Tensor
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_low: Sequence[float],
+        action_high: Sequence[float],
+        hidden_dims: Sequence[int] = (256, 256),
+    ) -> None:
+        super().__init__()
+        low = torch.as_tensor(action_low, dtype=torch.float32)
+        high = torch.as_tensor(action_high, dtype=torch.float32)
+        self.net = mlp([obs_dim, *hidden_dims, low.numel()])
+        self.register_buffer("action_scale", (high - low) / 2)
+        self.register_buffer("action_bias", (high + low) / 2)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return torch.tanh(self.net(obs.float())) * self.action_scale + self.action_bias
+
+
+class CriticEnsemble(nn.Module):
+    """``num_critics`` independent Q-networks ``Q_i(obs, action)`` evaluated as one batched MLP.
+
+    The weights of layer ``l`` are one tensor of shape ``(num_critics, in, out)``, so all
+    critics run in a single ``baddbmm`` per layer instead of a Python loop over modules.
+    Each member is initialised exactly like an ``nn.Linear`` of the same size.
+
+    Args:
+        obs_dim: length of the observation vector.
+        action_dim: length of the action vector.
+        hidden_dims: sizes of the hidden layers.
+        num_critics: ensemble size (TD3 uses 2).
+    """
+
+    def __init__(
+        self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int] = (256, 256), num_critics: int = 2
+    ) -> None:
+        super().__init__()
+        self.num_critics = num_critics
+        sizes = [obs_dim + action_dim, *hidden_dims, 1]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+            bound = 1 / math.sqrt(n_in)
+            # kaiming_uniform(a=sqrt(5)) of nn.Linear reduces to U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+            self.weights.append(nn.Parameter(torch.empty(num_critics, n_in, n_out).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(num_critics, 1, n_out).uniform_(-bound, bound)))
+
+    def forward(self, obs: Tensor, action: Tensor) -> Tensor:
+        """All critics: ``(num_critics, batch)``."""
+        x = torch.cat([obs.float(), action], dim=-1).expand(self.num_critics, -1, -1)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            x = torch.baddbmm(b, x, w)
+            if i < last:
+                x = torch.relu(x)
+        return x.squeeze(-1)
+
+    def q1(self, obs: Tensor, action: Tensor, detach_params: bool = False) -> Tensor:
+        """The first critic only, ``(batch,)``.
+
+        With ``detach_params`` the critic's weights get no gradient (the actor update only
+        needs ``dQ/da``), which saves the weight-gradient kernels.
+        """
+        x = torch.cat([obs.float(), action], dim=-1)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            w0, b0 = w[0], b[0]
+            if detach_params:
+                w0, b0 = w0.detach(), b0.detach()
+            x = torch.addmm(b0, x, w0)
+            if i < last:
+                x = torch.relu(x)
+        return x.squeeze(-1)

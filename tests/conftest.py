@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import envs as test_envs  # noqa: E402
+
+test_envs.register()
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def quiet_trainer(**kwargs) -> L.Trainer:
+    """A Trainer that writes nothing and prints little."""
+    defaults = dict(
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=None,
+        val_check_interval=10**9,
+        accelerator="cpu",
+        devices=1,
+    )
+    defaults.update(kwargs)
+    return L.Trainer(**defaults)
+
+
+@pytest.fixture
+def cli_env() -> dict[str, str]:
+    """Environment for running the CLI in a subprocess from any folder."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env

@@ -1,0 +1,63 @@
+"""Tiny environments with known answers, for tests."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class ConstantRewardEnv(gym.Env):
+    """Reward 1 on every step, never terminated, truncated after ``horizon`` steps.
+
+    The task is infinite-horizon: with correct bootstrapping through truncation every
+    Q value converges to ``1 / (1 - gamma)``.
+    """
+
+    def __init__(self, horizon: int = 20, action_low: float = -1.0, action_high: float = 1.0, obs_dim: int = 2):
+        self.horizon = horizon
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (obs_dim,), np.float32)
+        self.action_space = gym.spaces.Box(action_low, action_high, (1,), np.float32)
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return self.np_random.uniform(-1, 1, self.observation_space.shape).astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, dtype=np.float32)), action
+        self.t += 1
+        return self._obs(), 1.0, False, self.t >= self.horizon, {}
+
+
+class DiscreteActionEnv(ConstantRewardEnv):
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Discrete(3)
+
+
+class UnboundedActionEnv(ConstantRewardEnv):
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+
+class ImageObsEnv(ConstantRewardEnv):
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
+
+
+def register() -> None:
+    for name, cls in [
+        ("ConstantReward-v0", ConstantRewardEnv),
+        ("DiscreteAction-v0", DiscreteActionEnv),
+        ("UnboundedAction-v0", UnboundedActionEnv),
+        ("ImageObs-v0", ImageObsEnv),
+    ]:
+        env_id = f"td3test/{name}"
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=cls)

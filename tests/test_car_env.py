@@ -1,0 +1,361 @@
+"""Tests of CarRacingState-v0: features, CarRacing-v3 equivalence, options, rendering."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("Box2D")
+
+import td3_lightning.envs.car_racing as car_module  # noqa: E402
+from td3_lightning.envs.car_racing import (  # noqa: E402
+    ENV_ID,
+    FEATURE_HIGH,
+    FEATURE_LOW,
+    FEATURE_NAMES,
+    LOOKAHEAD_TILES,
+    N_FEATURES,
+    CarRacingState,
+    register_envs,
+)
+
+IDX = {name: i for i, name in enumerate(FEATURE_NAMES)}
+AHEAD = slice(IDX[f"ahead_{LOOKAHEAD_TILES[0]}_x"], IDX[f"ahead_{LOOKAHEAD_TILES[-1]}_y"] + 1)
+AHEAD_DIST = np.array(LOOKAHEAD_TILES, dtype=np.float64) * car_module.TRACK_DETAIL_STEP
+AHEAD_SCALE = AHEAD_DIST + car_module.TRACK_WIDTH
+WHEELBASE = 3.24  # distance between front and rear axle of CarRacing's car
+
+
+def _a(steer: float, gas: float, brake: float) -> np.ndarray:
+    return np.array([steer, gas, brake], dtype=np.float32)
+
+
+def block_actions(seed: int, frames: int = 1000, block: int = 12) -> np.ndarray:
+    """Random actions held for `block` frames each (consistent with repeats of 1, 2, 3, 4, 6, 12)."""
+    rng = np.random.default_rng(seed)
+    n_blocks = -(-frames // block)
+    acts = rng.uniform([-1.0, 0.0, 0.0], [1.0, 0.5, 0.3], size=(n_blocks, 3)).astype(np.float32)
+    return np.repeat(acts, block, axis=0)[:frames]
+
+
+def run_v3(seed: int, actions: np.ndarray) -> dict:
+    """Per-frame rewards and flags of the real CarRacing-v3 (pixels, TimeLimit) for `actions`."""
+    env = gym.make("CarRacing-v3")
+    env.reset(seed=seed)
+    rewards, terms, truncs = [], [], []
+    for act in actions:
+        _, r, term, trunc, _ = env.step(act)
+        rewards.append(r)
+        terms.append(term)
+        truncs.append(trunc)
+        if term or trunc:
+            break
+    track = np.array(env.unwrapped.track)
+    env.close()
+    return {"rewards": rewards, "terminated": terms, "truncated": truncs, "track": track}
+
+
+@pytest.fixture(scope="module")
+def v3_full_episode():
+    """A 1000-frame CarRacing-v3 episode (ends by the time limit) with 12-frame action blocks."""
+    actions = block_actions(seed=1)
+    ref = run_v3(seed=1, actions=actions)
+    assert len(ref["rewards"]) == 1000 and ref["truncated"][-1] and not any(ref["terminated"])
+    return actions, ref
+
+
+@pytest.fixture(scope="module")
+def v3_leaves_playfield():
+    """A CarRacing-v3 episode that drives straight off the playfield (terminated, -100)."""
+    actions = np.repeat(_a(0.0, 0.5, 0.0)[None], 1000, axis=0)
+    ref = run_v3(seed=0, actions=actions)
+    assert ref["terminated"][-1] and ref["rewards"][-1] == -100 and len(ref["rewards"]) < 400
+    return actions, ref
+
+
+# ------------------------------------------------------------------ registry
+def test_register_is_idempotent_and_make_works():
+    register_envs()
+    register_envs()
+    assert ENV_ID in gym.registry
+    spec = gym.spec(ENV_ID)
+    assert spec.max_episode_steps is None  # the env counts the 1000 frames itself
+    env = gym.make(ENV_ID, action_repeat=2, track_seed=7)
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (N_FEATURES,) and obs.dtype == np.float32
+    assert env.observation_space.contains(obs)
+    assert env.action_space == gym.make("CarRacing-v3").action_space
+    assert info["frames"] == 0 and info["tiles_total"] > 200
+    env.close()
+
+
+# ------------------------------------------------------------------ features
+def test_features_at_start_are_meaningful():
+    env = CarRacingState()
+    obs, info = env.reset(seed=3)
+    assert abs(obs[IDX["v_forward"]]) < 0.05 and abs(obs[IDX["yaw_rate"]]) < 0.01
+    assert abs(obs[IDX["lateral_offset"]]) < 0.05  # car starts on the centre line
+    assert obs[IDX["heading_cos"]] > 0.999 and abs(obs[IDX["heading_sin"]]) < 0.03
+    assert np.all(obs[[IDX[f"grass_{w}"] for w in ("fl", "fr", "rl", "rr")]] == 0)
+    pairs = obs[AHEAD].reshape(-1, 2)
+    # the look-ahead points lie ahead, at their nominal distance (straight-line distance <= arc length)
+    assert np.all(pairs[:4, 1] > 0.2)
+    norms = np.hypot(pairs[:, 0], pairs[:, 1]) * AHEAD_SCALE
+    assert np.all(norms <= AHEAD_DIST + 0.5) and np.all(norms[:3] > 0.9 * AHEAD_DIST[:3])
+    assert obs[IDX["tiles_visited"]] == pytest.approx(info["tiles_visited"] / info["tiles_total"])
+    assert obs[IDX["track_progress"]] < 0.01
+
+
+def _drive(env: CarRacingState, seed: int, policy, steps: int) -> np.ndarray:
+    obs, _ = env.reset(seed=seed)
+    out = [obs]
+    for t in range(steps):
+        obs, _, term, trunc, _ = env.step(policy(t, obs))
+        out.append(obs)
+        if term or trunc:
+            break
+    return np.array(out)
+
+
+def _drives(env: CarRacingState) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "random": _drive(env, 0, lambda t, o: rng.uniform([-1, 0, 0], [1, 1, 1]).astype(np.float32), 300),
+        "full_gas_spin": _drive(env, 1, lambda t, o: _a(rng.uniform(-1, 1), 1.0, 0.0), 300),
+        "full_gas_then_brake": _drive(env, 2, lambda t, o: _a(0.0, 1.0, 0.0) if t < 110 else _a(-1, 0, 1), 300),
+        "leave_playfield": _drive(env, 0, lambda t, o: _a(0.0, 0.5, 0.0), 400),
+        "controller": _drive(env, 4, lambda t, o: hand_controller(o), 300),
+    }
+
+
+def test_features_finite_and_in_range_over_drives():
+    env = CarRacingState()
+    drives = _drives(env)
+    for name, obs in drives.items():
+        assert np.all(np.isfinite(obs)), name
+        assert np.all(obs >= FEATURE_LOW) and np.all(obs <= FEATURE_HIGH), name
+        assert all(env.observation_space.contains(o) for o in obs), name
+    # the drives exercise the features: top speed, grass, spin, wheel spin, off-road
+    gas = drives["full_gas_then_brake"]
+    assert gas[:, IDX["v_forward"]].max() > 0.7
+    assert gas[:, IDX["wheel_speed_rl"]].max() > gas[:, IDX["v_forward"]].max() + 0.05  # rear wheels spin
+    assert drives["full_gas_spin"][:, IDX["yaw_rate"]].__abs__().max() > 0.5
+    off = drives["leave_playfield"]
+    assert len(off) < 400  # terminated at the playfield border
+    assert off[-1, IDX["grass_fl"]] == 1 and off[-1, IDX["off_road_time"]] == 1.0
+    assert abs(off[-1, IDX["lateral_offset"]]) == 5.0  # saturated far from the road
+    on = drives["controller"]
+    assert np.abs(on[:, IDX["lateral_offset"]]).max() < 1.0  # the controller stays on the road
+    assert on[:, IDX["grass_rl"]].max() == 0.0
+
+
+def test_raw_features_respect_documented_ranges(monkeypatch):
+    """Before clipping, the dynamic features stay inside their documented ranges."""
+    monkeypatch.setattr(car_module, "FEATURE_LOW", np.full(N_FEATURES, -np.inf, dtype=np.float32))
+    monkeypatch.setattr(car_module, "FEATURE_HIGH", np.full(N_FEATURES, np.inf, dtype=np.float32))
+    drives = _drives(CarRacingState())
+    obs = np.concatenate(list(drives.values()))
+    saturating = {"lateral_offset"} | {n for n in FEATURE_NAMES if n.startswith("ahead_")}
+    for i, name in enumerate(FEATURE_NAMES):
+        if name in saturating:
+            continue
+        assert FEATURE_LOW[i] <= obs[:, i].min() and obs[:, i].max() <= FEATURE_HIGH[i], name
+    # on the road the look-ahead pairs are O(1) bearing vectors
+    on = drives["controller"][:, AHEAD]
+    assert np.abs(on).max() < 1.6
+
+
+# --------------------------------------------------------- v3 equivalence
+def test_full_episode_equals_car_racing_v3(v3_full_episode):
+    actions, ref = v3_full_episode
+    env = gym.make(ENV_ID)
+    env.reset(seed=1)
+    total = 0.0
+    for t, act in enumerate(actions):
+        obs, r, term, trunc, info = env.step(act)
+        assert (r, term, trunc) == (ref["rewards"][t], ref["terminated"][t], ref["truncated"][t]), t
+        assert info["frames"] == t + 1
+        total += r
+        if term or trunc:
+            break
+    assert t == 999 and trunc and not term
+    assert total == sum(ref["rewards"])
+    assert np.array_equal(env.unwrapped.track_points(), ref["track"][:, 2:4])
+
+
+def test_leaving_playfield_equals_car_racing_v3(v3_leaves_playfield):
+    actions, ref = v3_leaves_playfield
+    env = gym.make(ENV_ID)
+    env.reset(seed=0)
+    rewards = []
+    for act in actions:
+        obs, r, term, trunc, info = env.step(act)
+        rewards.append(r)
+        if term or trunc:
+            break
+    assert rewards == ref["rewards"]
+    assert term and not trunc and r == -100 and info["out_of_playfield"] and not info["lap_finished"]
+    assert np.all(np.isfinite(obs)) and env.observation_space.contains(obs)
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_action_repeat_sums_v3_rewards_and_truncates_at_1000_frames(v3_full_episode, k):
+    actions, ref = v3_full_episode
+    env = gym.make(ENV_ID, action_repeat=k)
+    env.reset(seed=1)
+    total, steps = 0.0, 0
+    while True:
+        start = steps * k
+        obs, r, term, trunc, info = env.step(actions[start])
+        steps += 1
+        frames = min(start + k, 1000)
+        expected = 0.0
+        for fr in ref["rewards"][start:frames]:
+            expected += fr
+        assert r == expected and info["frames"] == frames
+        total += r
+        if term or trunc:
+            break
+    assert trunc and not term and info["frames"] == 1000 and steps == math.ceil(1000 / k)
+    assert total == pytest.approx(sum(ref["rewards"]), abs=1e-9)
+
+
+@pytest.mark.parametrize("k", [2, 5])
+def test_action_repeat_terminates_like_v3(v3_leaves_playfield, k):
+    actions, ref = v3_leaves_playfield
+    env = CarRacingState(action_repeat=k)
+    env.reset(seed=0)
+    total = 0.0
+    while True:
+        _, r, term, trunc, info = env.step(actions[0])
+        total += r
+        if term or trunc:
+            break
+    assert term and info["frames"] == len(ref["rewards"])
+    assert total == pytest.approx(sum(ref["rewards"]), abs=1e-9)
+
+
+# ------------------------------------------------------------------ tracks
+def test_fixed_track_seed_gives_the_same_track_whatever_the_reset_seed():
+    env = CarRacingState(track_seed=123)
+    tracks = []
+    for seed in (0, 1, None, 99):
+        env.reset(seed=seed)
+        tracks.append(env.track_points())
+    for tr in tracks[1:]:
+        assert np.array_equal(tr, tracks[0])
+    # it is the track CarRacing-v3 builds for reset(seed=123)
+    v3 = gym.make("CarRacing-v3")
+    v3.reset(seed=123)
+    assert np.array_equal(np.array(v3.unwrapped.track)[:, 2:4], tracks[0])
+    other = CarRacingState(track_seed=124)
+    other.reset(seed=0)
+    assert other.track_points().shape != tracks[0].shape or not np.allclose(other.track_points(), tracks[0])
+
+
+def test_random_tracks_differ_between_reset_seeds():
+    env = CarRacingState()
+    env.reset(seed=0)
+    a = env.track_points()
+    env.reset(seed=1)
+    b = env.track_points()
+    env.reset()  # the env RNG continues: another new track
+    c = env.track_points()
+    env.reset(seed=0)
+    assert np.array_equal(env.track_points(), a)
+    for x, y in ((a, b), (a, c), (b, c)):
+        assert x.shape != y.shape or not np.allclose(x, y)
+
+
+# ---------------------------------------------------------- off-road aid
+@pytest.mark.parametrize("k", [1, 3])
+def test_max_off_road_frames_terminates_after_that_many_frames(k):
+    limit = 25
+    free = CarRacingState()  # same drive without the option: find the first all-off-road frame
+    free.reset(seed=0)
+    first_off = None
+    for frame in range(1, 400):
+        _, r_free, term, _, info = free.step(_a(0.0, 0.5, 0.0))
+        assert not term
+        if info["off_road_frames"] == 1:
+            first_off = frame
+            break
+    assert first_off is not None
+
+    env = CarRacingState(max_off_road_frames=limit, off_road_penalty=50.0, action_repeat=k)
+    env.reset(seed=0)
+    for _ in range(400):
+        _, r, term, trunc, info = env.step(_a(0.0, 0.5, 0.0))
+        if term or trunc:
+            break
+    assert term and info["off_road_terminated"] and not info["out_of_playfield"]
+    assert info["off_road_frames"] == limit
+    assert info["frames"] == first_off + limit - 1
+    assert r <= -50.0  # the penalty lands on the terminating step
+
+
+# ---------------------------------------------------------------- render
+def test_rgb_render_and_no_drawing_without_render_mode():
+    env = gym.make(ENV_ID, render_mode="rgb_array")
+    env.reset(seed=2)
+    env.step(_a(0.0, 1.0, 0.0))
+    frame = env.render()
+    assert frame.shape == (400, 600, 3) and frame.dtype == np.uint8
+    assert frame.std() > 10  # a real picture, not a blank frame
+    env.close()
+
+    quiet = CarRacingState()
+    quiet.reset(seed=2)
+    for _ in range(20):
+        quiet.step(_a(0.0, 1.0, 0.0))
+    assert quiet.surf is None  # nothing was ever drawn
+
+
+# ------------------------------------------------------ hand controller
+def hand_controller(obs: np.ndarray, lat_accel: float = 60.0, decel: float = 50.0) -> np.ndarray:
+    """Pure pursuit on the look-ahead points plus a curvature speed limit, from features only."""
+    speed = float(obs[IDX["v_forward"]]) * 100.0
+    pts = obs[AHEAD].reshape(-1, 2).astype(np.float64) * AHEAD_SCALE[:, None]
+    # steering: pure pursuit towards the centre-line point at a speed-dependent distance
+    reach = min(max(0.25 * speed + 6.0, 7.0), 45.0)
+    x = float(np.interp(reach, AHEAD_DIST, pts[:, 0]))
+    y = float(np.interp(reach, AHEAD_DIST, pts[:, 1]))
+    steer = math.atan(2.0 * WHEELBASE * math.sin(math.atan2(x, y)) / max(math.hypot(x, y), 1e-6))
+    # speed: curvature between look-ahead points gives the cornering speed; allow braking distance
+    seg = np.diff(pts, axis=0)
+    heading = np.unwrap(np.arctan2(seg[:, 0], seg[:, 1]))
+    step = np.diff(AHEAD_DIST)
+    curvature = np.abs(np.diff(heading)) / (0.5 * (step[1:] + step[:-1]))
+    corner_speed = np.sqrt(lat_accel / np.maximum(curvature, 1e-6))
+    allowed = np.sqrt(corner_speed**2 + 2.0 * decel * np.maximum(AHEAD_DIST[1:-1] - 5.0, 0.0))
+    target = min(95.0, float(allowed.min()))
+    gas = brake = 0.0
+    if speed < target:
+        gas = 1.0 if speed < target - 3.0 else 0.3
+    elif speed > target + 5.0:
+        brake = 0.8
+    rear_spin = 50.0 * float(obs[IDX["wheel_speed_rl"]] + obs[IDX["wheel_speed_rr"]]) - speed
+    if rear_spin > 10.0:  # traction control
+        gas = 0.0
+    return _a(steer, gas, brake)
+
+
+def controller_score(track_seed: int | None, seed: int = 0) -> tuple[float, dict]:
+    env = CarRacingState(track_seed=track_seed)
+    obs, _ = env.reset(seed=seed)
+    total = 0.0
+    while True:
+        obs, r, term, trunc, info = env.step(hand_controller(obs))
+        total += r
+        if term or trunc:
+            return total, info
+
+
+@pytest.mark.parametrize("track_seed", [1, 3])
+def test_hand_controller_on_features_drives_the_lap(track_seed):
+    score, info = controller_score(track_seed)
+    assert info["lap_finished"] and info["frames"] < 1000
+    assert score > 800

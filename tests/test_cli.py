@@ -1,0 +1,137 @@
+"""The command line end to end, and one clear line for every bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from td3_lightning.cli import main
+
+TINY = [
+    "--trainer.max_steps", "300", "--trainer.val_check_interval", "150", "--data.warmup_steps", "200",
+    "--data.eval_episodes", "2", "--model.hidden_dims", "[32, 32]", "--trainer.logger.init_args.save_dir", ".",
+]
+
+
+def run_cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "td3_lightning", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_fit_then_validate_and_test_from_checkpoint(tmp_path, cli_env):
+    # `--config pendulum.yaml` from a folder without that file resolves to the bundled config
+    fit = run_cli(["fit", "--config", "pendulum.yaml", *TINY[:-2]], tmp_path, cli_env)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    run_dir = tmp_path / "lightning_logs" / "version_0"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert last.is_file()
+    assert [p.name for p in (run_dir / "checkpoints").glob("best-step*.ckpt")] in (["best-step150.ckpt"], ["best-step300.ckpt"])
+    assert "model:" in (run_dir / "config.yaml").read_text()
+
+    val = run_cli(["validate", "--config", "pendulum.yaml", "--data.eval_episodes", "2", "--ckpt_path", str(last)], tmp_path, cli_env)
+    assert val.returncode == 0, val.stderr[-2000:]
+    assert "val/return" in val.stdout
+
+    results = []
+    for _ in range(2):  # same arguments, same episodes
+        test = run_cli(
+            ["test", "--config", "pendulum.yaml", "--data.test_episodes", "3", "--data.test_seed", "7", "--ckpt_path", str(last)],
+            tmp_path, cli_env,
+        )
+        assert test.returncode == 0, test.stderr[-2000:]
+        assert "test: 3 episodes, return" in test.stdout
+        path = next(line.split("written to ")[1] for line in test.stdout.splitlines() if "test results written to" in line)
+        results.append(json.loads(Path(path).read_text()))
+    assert results[0]["test/episodes"] == 3.0
+    assert results[0]["test/episode_length"] == 200.0
+    assert results[0]["test/return"] == results[1]["test/return"]
+    assert results[0]["test/return_std"] == results[1]["test/return_std"] > 0.0
+
+
+def test_resume_continues_from_last_checkpoint(tmp_path, cli_env):
+    first = run_cli(["fit", "--config", "pendulum.yaml", *TINY[:-2], "--trainer.max_steps", "150"], tmp_path, cli_env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    second = run_cli(["fit", "--config", "pendulum.yaml", *TINY[:-2], "--ckpt_path", str(last)], tmp_path, cli_env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "Restoring states from the checkpoint" in second.stdout + second.stderr
+    import torch
+
+    ckpt = torch.load(tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 300
+    assert ckpt["td3_lightning"]["num_critic_updates"] == 300
+    assert ckpt["ReplayDataModule"]["replay"]["size"] == 500  # 200 warm-up (once) + 300 steps
+
+
+def test_load_from_checkpoint_needs_no_env(tmp_path, cli_env):
+    fit = run_cli(["fit", "--config", "pendulum.yaml", *TINY[:-2], "--trainer.max_steps", "150"], tmp_path, cli_env)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    import torch
+
+    from td3_lightning import TD3
+
+    model = TD3.load_from_checkpoint(tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")
+    assert model.hparams.obs_shape == [3] and model.hparams.action_high == [2.0]
+    assert model.hparams.hidden_dims == [32, 32]
+    action = model.actor(torch.zeros(1, 3))
+    assert action.shape == (1, 1) and -2.0 <= action.item() <= 2.0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data.env_id", "NoSuchEnv-v9"], "unknown environment id 'NoSuchEnv-v9'"),
+        (["--data.env_id", "LunarLander-v3"], "TD3 needs a continuous Box action space"),
+        (["--data.env_id", "td3test/DiscreteAction-v0"], "TD3 needs a continuous Box action space"),
+        (["--data.env_id", "td3test/UnboundedAction-v0"], "unbounded action space"),
+        (["--data.env_id", "td3test/ImageObs-v0"], "not a vector"),
+        (["--data.num_workers", "2"], "data.num_workers=2 is not supported"),
+        (["--ckpt_path", "missing.ckpt"], "checkpoint file not found: missing.ckpt"),
+        (["--model.num_critics", "1"], "model.num_critics must be at least 2"),
+        (["--data.env_kwargs", "{bogus: 1}"], "data.env_kwargs"),
+    ],
+)
+def test_bad_input_gives_one_line_and_writes_nothing(args, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_missing_config_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "nowhere/none.yaml"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "config file not found: nowhere/none.yaml" in err and "pendulum.yaml" in err and "\n" not in err
+
+
+def test_help_documents_every_option(cli_env, tmp_path):
+    out = run_cli(["fit", "--help"], tmp_path, cli_env)
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    for option in [
+        "--model.hidden_dims", "--model.num_critics", "--model.gamma", "--model.tau", "--model.policy_noise",
+        "--model.noise_clip", "--model.policy_freq", "--model.exploration_noise", "--model.actor_lr",
+        "--model.critic_lr", "--data.env_id", "--data.env_kwargs", "--data.batch_size", "--data.buffer_size",
+        "--data.warmup_steps", "--data.eval_episodes", "--data.test_episodes", "--data.test_seed",
+        "--seed_everything", "--ckpt_path",
+    ]:
+        assert option in text, option
+    assert "relative to half the action range" in text  # docstrings become the help
+    assert "--model.obs_shape" not in text  # linked from the env
+
+
+def test_print_config_shows_overrides(cli_env, tmp_path):
+    out = run_cli(["fit", "--config", "pendulum.yaml", "--model.gamma", "0.98", "--data.batch_size", "64", "--print_config"], tmp_path, cli_env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "gamma: 0.98" in out.stdout and "batch_size: 64" in out.stdout and "env_id: Pendulum-v1" in out.stdout

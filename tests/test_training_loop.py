@@ -1,0 +1,98 @@
+"""The Lightning loop: step semantics, the known-answer Q value, and resume."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from conftest import quiet_trainer
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from td3_lightning import TD3, EnvLoop, ReplayDataModule
+
+ENV = "td3test/ConstantReward-v0"
+
+
+def small(dm: ReplayDataModule, **kw) -> TD3:
+    args = dict(hidden_dims=[16, 16], actor_lr=1e-3, critic_lr=1e-3)
+    args.update(kw)
+    return TD3(dm.obs_shape, dm.action_low, dm.action_high, **args)
+
+
+def test_max_steps_counts_env_steps_and_critic_updates():
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, warmup_steps=50, batch_size=8, buffer_size=1000)
+    model = small(dm, policy_freq=3)
+    loop = EnvLoop()
+    trainer = quiet_trainer(max_steps=100, callbacks=[loop])
+    trainer.fit(model, dm)
+    assert trainer.global_step == 100
+    assert len(dm.buffer) == 150  # warm-up + exactly one env step per training step
+    assert loop.env_steps == 150 and loop.episodes == 7  # 20-step episodes
+    assert model.num_critic_updates == 100 and model.num_actor_updates == 33
+    critic_opt, actor_opt = (o.optimizer if hasattr(o, "optimizer") else o for o in trainer.optimizers)
+    assert all(int(s["step"]) == 100 for s in critic_opt.state.values())
+    assert all(int(s["step"]) == 33 for s in actor_opt.state.values())
+    assert dm.num_sampled == 100  # every batch sampled right before its step: none drawn ahead
+
+
+def test_validation_and_checkpoints_count_env_steps(tmp_path):
+    seen: list[int] = []
+
+    class RecordValidation(Callback):
+        def on_validation_start(self, trainer, pl_module):
+            seen.append(trainer.global_step)
+
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=1000, eval_episodes=2)
+    ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=40, save_top_k=-1, filename="s{step}", auto_insert_metric_name=False)
+    trainer = quiet_trainer(
+        max_steps=120, val_check_interval=50, callbacks=[ckpt, RecordValidation()], enable_checkpointing=True
+    )
+    trainer.fit(small(dm), dm)
+    assert seen == [50, 100]
+    assert sorted(p.name for p in tmp_path.glob("*.ckpt")) == ["s120.ckpt", "s40.ckpt", "s80.ckpt"]
+    assert trainer.callback_metrics["val/return"].item() == 20.0  # reward 1 for 20 steps
+
+
+def test_q_converges_to_infinite_horizon_value_through_truncation():
+    """Reward 1 forever, truncated every 5 steps: Q -> 1 / (1 - gamma) = 5.
+
+    Treating truncation as terminal would give about 2.3 instead."""
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, env_kwargs={"horizon": 5}, warmup_steps=200, batch_size=64, buffer_size=5000)
+    model = small(dm, gamma=0.8, tau=0.05, critic_lr=3e-3)
+    quiet_trainer(max_steps=1500).fit(model, dm)
+    obs = torch.rand(512, 2) * 2 - 1
+    act = torch.rand(512, 1) * 2 - 1
+    with torch.no_grad():
+        q = model.critic(obs, act)
+    assert abs(q.mean().item() - 5.0) < 0.35, q.mean().item()
+
+
+def _fit(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None):
+    L.seed_everything(123)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=70)
+    model = small(dm)
+    loop = EnvLoop()
+    callbacks: list[Callback] = [loop]
+    if every is not None:
+        callbacks.append(ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=every, save_top_k=-1, filename="s{step}", auto_insert_metric_name=False))
+    trainer = quiet_trainer(max_steps=max_steps, callbacks=callbacks, enable_checkpointing=every is not None)
+    trainer.fit(model, dm, ckpt_path=ckpt_path)
+    return trainer, model, dm, loop
+
+
+def test_resume_restores_buffer_counters_and_continues_exactly(tmp_path):
+    # A: 120 steps straight. B: 60 steps, stop, resume from its checkpoint to 120.
+    # 60 + 20 warm-up = 80 env steps: an episode boundary; the 70-slot buffer has wrapped.
+    _, model_a, dm_a, loop_a = _fit(tmp_path / "a", 120)
+    _fit(tmp_path / "b", 60, every=60)
+    trainer_b, model_b, dm_b, loop_b = _fit(tmp_path / "b2", 120, ckpt_path=tmp_path / "b" / "s60.ckpt")
+    assert trainer_b.global_step == 120
+    assert (loop_b.env_steps, loop_b.episodes) == (loop_a.env_steps, loop_a.episodes) == (140, 7)
+    assert model_b.num_critic_updates == 120 and model_b.num_actor_updates == 60
+    for name, tensor in model_a.state_dict().items():
+        assert torch.equal(tensor, model_b.state_dict()[name]), name
+    for field in ("obs", "action", "reward", "next_obs", "terminated"):
+        assert torch.equal(getattr(dm_a.buffer, field), getattr(dm_b.buffer, field)), field
+    assert (dm_a.buffer.pos, dm_a.buffer.size) == (dm_b.buffer.pos, dm_b.buffer.size)
