@@ -6,17 +6,20 @@ validation and test data are streams of finished deterministic episodes, one per
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
@@ -65,32 +68,89 @@ class ReplayLoader(DataLoader):
         pass
 
 
-def run_episode(env: gym.Env, policy: Policy, seed: int | None) -> dict[str, float]:
-    """Play one episode with ``policy``; return its return, length and wall-clock seconds."""
+def run_episode(
+    env: gym.Env, policy: Policy, seed: int | None, frames: list[np.ndarray] | None = None
+) -> dict[str, float]:
+    """Play one episode with ``policy``; return its return, length and wall-clock seconds.
+
+    With ``frames`` (the env made with ``render_mode="rgb_array"``), every rendered frame,
+    the first observation's included, is appended to it.
+    """
     start = time.perf_counter()
     obs, _ = env.reset(seed=seed)
+    if frames is not None:
+        frames.append(env.render())
     total, length, done = 0.0, 0, False
     while not done:
         obs, reward, terminated, truncated, _ = env.step(policy(obs))
         total += float(reward)
         length += 1
         done = terminated or truncated
+        if frames is not None:
+            frames.append(env.render())
     return {"return": total, "length": float(length), "seconds": time.perf_counter() - start}
 
 
-class EpisodeStream(IterableDataset):
-    """Yields one finished episode per item: ``{"return", "length", "seconds", "seed"}``."""
+def video_fps(env: gym.Env) -> float:
+    """Frames per second of a video with one frame per env step."""
+    fps = float(env.metadata.get("render_fps") or 30)
+    return fps / max(1, int(getattr(env.unwrapped, "action_repeat", 1)))
 
-    def __init__(self, env_fn: Callable[[], gym.Env], policy: Policy, seeds: list[int]) -> None:
+
+def write_video(path: Path, frames: list[np.ndarray], fps: float) -> Path:
+    """Write RGB frames to ``path`` (``.mp4`` with ffmpeg, or ``.gif``), atomically."""
+    import imageio.v2 as imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    if path.suffix == ".gif":
+        imageio.mimsave(tmp, frames, duration=1000 / fps, loop=0)
+    else:
+        with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=8) as writer:
+            for frame in frames:
+                writer.append_data(frame)
+    os.replace(tmp, path)
+    return path
+
+
+class EpisodeStream(IterableDataset):
+    """Yields one finished episode per item: ``{"return", "length", "seconds", "seed"}``.
+
+    Args:
+        env_fn: the env to play.
+        policy: observation -> action.
+        seeds: env seed of each episode.
+        record: how many of the first episodes to record (played on ``video_env_fn()``).
+        video_env_fn: the same env with ``render_mode="rgb_array"``.
+        video_path: file name of the recording of an episode with a given seed.
+    """
+
+    def __init__(
+        self,
+        env_fn: Callable[[], gym.Env],
+        policy: Policy,
+        seeds: list[int],
+        record: int = 0,
+        video_env_fn: Callable[[], gym.Env] | None = None,
+        video_path: Callable[[int], Path] | None = None,
+    ) -> None:
         self.env_fn, self.policy, self.seeds = env_fn, policy, seeds
+        self.record, self.video_env_fn, self.video_path = record, video_env_fn, video_path
 
     def __len__(self) -> int:
         return len(self.seeds)
 
     def __iter__(self) -> Iterator[dict[str, Tensor]]:
         env = self.env_fn()
-        for seed in self.seeds:
-            stats = run_episode(env, self.policy, seed)
+        for i, seed in enumerate(self.seeds):
+            if i < self.record and self.video_env_fn is not None and self.video_path is not None:
+                video_env = self.video_env_fn()
+                frames: list[np.ndarray] = []
+                stats = run_episode(video_env, self.policy, seed, frames)
+                path = write_video(self.video_path(seed), frames, video_fps(video_env))
+                rank_zero_info(f"video of episode seed {seed} (return {stats['return']:.1f}): {path}")
+            else:
+                stats = run_episode(env, self.policy, seed)
             yield {k: torch.tensor(v, dtype=torch.float64) for k, v in {**stats, "seed": seed}.items()}
 
 
@@ -115,6 +175,10 @@ class ReplayDataModule(L.LightningDataModule):
             torch device such as ``cpu``.
         save_replay: put the replay buffer in checkpoints (needed for an exact resume; turn
             off for huge buffers, the buffer is then refilled from scratch on resume).
+        record_test: record the first ``record_test`` test episodes as videos in
+            ``<run folder>/videos/`` (the env's normal view, e.g. CarRacing from above).
+        record_val: record the first ``record_val`` episodes of every validation run.
+        video_format: ``mp4`` or ``gif``.
         num_workers: must be 0: the buffer lives in the main process; batches are sampled there.
     """
 
@@ -132,6 +196,9 @@ class ReplayDataModule(L.LightningDataModule):
         test_seed: int = 0,
         buffer_device: str = "auto",
         save_replay: bool = True,
+        record_test: int = 0,
+        record_val: int = 0,
+        video_format: str = "mp4",
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -146,6 +213,8 @@ class ReplayDataModule(L.LightningDataModule):
         ]:
             if value < least:
                 raise UserInputError(f"data.{name} must be at least {least}, got {value}")
+        if video_format not in ("mp4", "gif"):
+            raise UserInputError(f"data.video_format must be mp4 or gif, got {video_format!r}")
         if warmup_steps > buffer_size:
             raise UserInputError(f"data.warmup_steps ({warmup_steps}) must not exceed data.buffer_size ({buffer_size})")
         self.env_id = env_id
@@ -158,6 +227,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.test_episodes, self.test_seed = test_episodes, test_seed
         self.buffer_device = buffer_device
         self.save_replay = save_replay
+        self.record_test, self.record_val, self.video_format = record_test, record_val, video_format
 
         probe = make_env(env_id, self.env_kwargs)  # fails early on a bad id, kwargs or spaces
         try:
@@ -251,18 +321,31 @@ class ReplayDataModule(L.LightningDataModule):
 
         return act
 
-    def _episodes(self, first_seed: int, n: int) -> DataLoader:
+    def _episodes(self, stage: str, first_seed: int, n: int, record: int) -> DataLoader:
         if self.eval_env is None:
             self.eval_env = self.make_eval_env()
         env = self.eval_env
-        stream = EpisodeStream(lambda: env, self.policy(), [first_seed + i for i in range(n)])
+        video_dir = Path(self.trainer.log_dir or ".") / "videos" if record > 0 else Path(".")
+
+        def video_path(seed: int) -> Path:
+            step = getattr(self.trainer.lightning_module, "num_critic_updates", self.trainer.global_step)
+            return video_dir / f"{stage}-step{step}-seed{seed}.{self.video_format}"
+
+        stream = EpisodeStream(
+            lambda: env,
+            self.policy(),
+            [first_seed + i for i in range(n)],
+            record=record,
+            video_env_fn=lambda: self.make_eval_env(render_mode="rgb_array"),
+            video_path=video_path,
+        )
         return DataLoader(stream, batch_size=None, num_workers=0)
 
     def val_dataloader(self) -> DataLoader:
-        return self._episodes(self.eval_seed, self.eval_episodes)
+        return self._episodes("val", self.eval_seed, self.eval_episodes, self.record_val)
 
     def test_dataloader(self) -> DataLoader:
-        return self._episodes(self.test_seed, self.test_episodes)
+        return self._episodes("test", self.test_seed, self.test_episodes, self.record_test)
 
     # ------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict[str, Any]:

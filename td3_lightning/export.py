@@ -1,0 +1,91 @@
+"""Export a trained policy from a checkpoint.
+
+    python -m td3_lightning.export --ckpt_path last.ckpt --out policy.ckpt             # slim checkpoint
+    python -m td3_lightning.export --ckpt_path last.ckpt --out actor.pt --format torchscript
+
+``slim`` keeps only what ``test``, ``validate`` and ``TD3.load_from_checkpoint`` need
+(network weights, hyperparameters, the td3_lightning section): no optimizer state, no
+replay buffer, no loop state. ``torchscript`` writes the actor alone, a self-contained
+``observation -> action`` function (``torch.jit.load(path)(obs)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from td3_lightning.errors import UserInputError
+
+SLIM_KEYS = ("state_dict", "hyper_parameters", "hparams_name", "td3_lightning", "pytorch-lightning_version",
+             "epoch", "global_step")
+
+
+def _atomic_save(obj: Any, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, out)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """``torch.load`` a td3_lightning checkpoint on the CPU, with one-line errors."""
+    if not Path(path).is_file():
+        raise UserInputError(f"checkpoint file not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # truncated or not a torch file
+        raise UserInputError(f"cannot read checkpoint {path}: {type(err).__name__}; the file is truncated or not a checkpoint") from None
+    if not isinstance(ckpt, dict) or "td3_lightning" not in ckpt:
+        raise UserInputError(f"{path} is not a td3_lightning checkpoint")
+    return ckpt
+
+
+def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
+    """Write the weights-only checkpoint of ``src`` to ``out``."""
+    ckpt = load_checkpoint(src)
+    slim = {k: ckpt[k] for k in SLIM_KEYS if k in ckpt}
+    slim["td3_lightning"] = {**ckpt["td3_lightning"], "noise_rng": None}
+    out = Path(out)
+    _atomic_save(slim, out)
+    return out
+
+
+def export_torchscript(src: str | Path, out: str | Path) -> Path:
+    """Write the actor of ``src`` as a TorchScript module ``obs -> action``."""
+    from td3_lightning.module import TD3
+
+    load_checkpoint(src)
+    model = TD3.load_from_checkpoint(src, map_location="cpu")
+    actor = model.actor.eval()
+    example = torch.zeros(1, *model.hparams.obs_shape)
+    scripted = torch.jit.trace(actor, example)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    scripted.save(str(tmp))
+    os.replace(tmp, out)
+    return out
+
+
+def main(args: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m td3_lightning.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ckpt_path", required=True, help="the checkpoint to export from")
+    parser.add_argument("--out", required=True, help="the file to write")
+    parser.add_argument("--format", choices=["slim", "torchscript"], default="slim", help="what to write (default: slim)")
+    ns = parser.parse_args(args)
+    try:
+        out = (slim_checkpoint if ns.format == "slim" else export_torchscript)(ns.ckpt_path, ns.out)
+    except UserInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Slim checkpoints, TorchScript export and episode videos."""
+
+from __future__ import annotations
+
+import imageio.v2 as imageio
+import lightning as L
+import pytest
+import torch
+from conftest import quiet_trainer
+
+from td3_lightning import TD3, ReplayDataModule
+from td3_lightning.cli import main
+from td3_lightning.export import export_torchscript, slim_checkpoint
+
+
+@pytest.fixture(scope="module")
+def pendulum_ckpt(tmp_path_factory):
+    L.seed_everything(0)
+    dm = ReplayDataModule("Pendulum-v1", warmup_steps=100, batch_size=32, buffer_size=1000)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16])
+    trainer = quiet_trainer(max_steps=50)
+    trainer.fit(model, dm)
+    path = tmp_path_factory.mktemp("ckpt") / "full.ckpt"
+    trainer.save_checkpoint(path)
+    return path
+
+
+def test_slim_checkpoint_keeps_the_policy_and_drops_the_rest(pendulum_ckpt, tmp_path):
+    slim = slim_checkpoint(pendulum_ckpt, tmp_path / "slim.ckpt")
+    full_ckpt = torch.load(pendulum_ckpt, weights_only=False)
+    slim_ckpt = torch.load(slim, weights_only=False)
+    assert "ReplayDataModule" in full_ckpt and "optimizer_states" in full_ckpt
+    assert "ReplayDataModule" not in slim_ckpt and "optimizer_states" not in slim_ckpt
+    assert slim.stat().st_size < pendulum_ckpt.stat().st_size / 2
+    obs = torch.randn(64, 3)
+    a_full = TD3.load_from_checkpoint(pendulum_ckpt).actor(obs)
+    a_slim = TD3.load_from_checkpoint(slim).actor(obs)
+    assert torch.equal(a_full, a_slim)
+
+
+def test_torchscript_actor_gives_the_module_actions(pendulum_ckpt, tmp_path):
+    path = export_torchscript(pendulum_ckpt, tmp_path / "actor.pt")
+    scripted = torch.jit.load(str(path))
+    obs = torch.randn(64, 3) * 3
+    expected = TD3.load_from_checkpoint(pendulum_ckpt).actor(obs)
+    assert torch.allclose(scripted(obs), expected, atol=1e-6)
+    assert scripted(obs).abs().max() <= 2.0
+
+
+def test_test_records_episode_videos(pendulum_ckpt, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["test", "--config", "pendulum.yaml", "--data.test_episodes", "2", "--data.record_test", "1",
+          "--ckpt_path", str(pendulum_ckpt)])
+    videos = list(tmp_path.glob("lightning_logs/version_0/videos/*.mp4"))
+    assert [v.name for v in videos] == ["test-step50-seed0.mp4"]
+    reader = imageio.get_reader(videos[0])
+    frames = reader.count_frames()
+    assert frames == 201  # the first observation + 200 steps
+    assert reader.get_data(0).shape[2] == 3
+    assert "test: 2 episodes" in capsys.readouterr().out
