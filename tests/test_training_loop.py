@@ -96,3 +96,30 @@ def test_resume_restores_buffer_counters_and_continues_exactly(tmp_path):
     for field in ("obs", "action", "reward", "next_obs", "terminated"):
         assert torch.equal(getattr(dm_a.buffer, field), getattr(dm_b.buffer, field)), field
     assert (dm_a.buffer.pos, dm_a.buffer.size) == (dm_b.buffer.pos, dm_b.buffer.size)
+
+
+def test_solved_threshold_stops_at_the_first_evaluation_reaching_it():
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=1000, eval_episodes=2)
+    solved = EarlyStopping("val/return", mode="max", stopping_threshold=19.5, patience=10**6, check_on_train_epoch_end=False)
+    trainer = quiet_trainer(max_steps=1000, val_check_interval=30, callbacks=[solved])
+    trainer.fit(small(dm), dm)
+    assert trainer.global_step == 30  # every episode returns 20 > 19.5: solved at the first evaluation
+    assert trainer.should_stop
+
+
+def test_learning_curve_records_episodes_and_evaluations(tmp_path):
+    from td3_lightning.plots import LearningCurve
+
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=1000, eval_episodes=1)
+    curve = LearningCurve()
+    trainer = quiet_trainer(max_steps=100, val_check_interval=50, callbacks=[curve], default_root_dir=tmp_path)
+    trainer.fit(small(dm), dm)
+    # 20-step episodes: the warm-up is one (not drawn), then one ends every 20 training steps
+    assert curve.train == [(s, 20.0) for s in (20, 40, 60, 80, 100)]
+    assert curve.val == [(50, 20.0), (100, 20.0)]
+    png = tmp_path / "learning_curve.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -1,0 +1,98 @@
+"""The learning curve: training and evaluation return against environment steps."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+
+class LearningCurve(L.Callback):
+    """Records every training episode's return and every evaluation's mean return, and at
+    the end of ``fit`` draws both against training steps into ``<run folder>/learning_curve.png``.
+
+    The points are kept in checkpoints, so the curve of a resumed run covers the whole run.
+
+    Args:
+        filename: file name of the plot inside the run folder.
+        smooth: window (in episodes) of the moving average drawn over the training returns.
+    """
+
+    def __init__(self, filename: str = "learning_curve.png", smooth: int = 20) -> None:
+        self.filename = filename
+        self.smooth = smooth
+        self.train: list[tuple[int, float]] = []
+        self.val: list[tuple[int, float]] = []
+        self._seen_episodes = 0
+
+    def _loop(self, trainer: L.Trainer) -> Any:
+        from td3_lightning.callbacks import EnvLoop
+
+        return next((c for c in trainer.callbacks if isinstance(c, EnvLoop)), None)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        loop = self._loop(trainer)
+        if loop is not None and not self.train:  # warm-up episodes (random actions) are not drawn
+            self._seen_episodes = loop.episodes
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        loop = self._loop(trainer)
+        if loop is not None and loop.episodes > self._seen_episodes and loop.last_episode_return is not None:
+            self._seen_episodes = loop.episodes
+            self.train.append((trainer.global_step, float(loop.last_episode_return)))
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        value = trainer.callback_metrics.get("val/return")
+        if trainer.state.fn == "fit" and value is not None and not trainer.sanity_checking:
+            self.val.append((trainer.global_step, float(value)))
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_rank == 0 and trainer.log_dir is not None and (self.train or self.val):
+            path = draw_learning_curve(self.train, self.val, Path(trainer.log_dir) / self.filename, self.smooth)
+            print(f"learning curve written to {path}")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"train": list(self.train), "val": list(self.val), "seen_episodes": self._seen_episodes}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.train = [tuple(p) for p in state_dict.get("train", [])]  # type: ignore[misc]
+        self.val = [tuple(p) for p in state_dict.get("val", [])]  # type: ignore[misc]
+        self._seen_episodes = int(state_dict.get("seen_episodes", 0))
+
+
+def draw_learning_curve(
+    train: list[tuple[int, float]], val: list[tuple[int, float]], path: Path, smooth: int = 20, title: str = ""
+) -> Path:
+    """Plot training returns (points and moving average) and evaluation returns to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    if train:
+        steps, returns = np.array(train, dtype=float).T
+        ax.scatter(steps, returns, s=6, alpha=0.35, color="tab:blue", label="training episode")
+        if len(returns) >= smooth > 1:
+            kernel = np.ones(smooth) / smooth
+            ax.plot(steps[smooth - 1 :], np.convolve(returns, kernel, mode="valid"), color="tab:blue",
+                    label=f"training, mean of {smooth} episodes")
+    if val:
+        steps, returns = np.array(val, dtype=float).T
+        ax.plot(steps, returns, "o-", color="tab:orange", label="evaluation (deterministic)")
+    ax.set_xlabel("training steps (env steps after warm-up)")
+    ax.set_ylabel("episode return")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
