@@ -16,7 +16,7 @@ class LearningCurve(L.Callback):
     The points are kept in checkpoints, so the curve of a resumed run covers the whole run.
 
     Args:
-        filename: file name of the plot inside the run folder.
+        filename: file name of the plot inside the run folder (empty: no plot).
         smooth: window (in episodes) of the moving average drawn over the training returns.
     """
 
@@ -49,7 +49,7 @@ class LearningCurve(L.Callback):
             self.val.append((trainer.global_step, float(value)))
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.global_rank == 0 and trainer.log_dir is not None and (self.train or self.val):
+        if self.filename and trainer.global_rank == 0 and trainer.log_dir is not None and (self.train or self.val):
             path = draw_learning_curve(self.train, self.val, Path(trainer.log_dir) / self.filename, self.smooth)
             print(f"learning curve written to {path}")
 
@@ -92,7 +92,7 @@ def draw_learning_curve(
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp)
+    fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
     os.replace(tmp, path)
     return path

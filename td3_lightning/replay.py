@@ -71,6 +71,21 @@ class ReplayBuffer:
         self.pos = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
 
+    def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
+        """Write ``n`` transitions (leading dimension ``n``) into the next ``n`` slots."""
+        n = len(reward)
+        if n > self.capacity:
+            raise ValueError(f"cannot add {n} transitions at once to a buffer of capacity {self.capacity}")
+        idx = (torch.arange(n) + self.pos) % self.capacity
+        idx = idx.to(self.device)
+        self.obs[idx] = torch.as_tensor(np.asarray(obs), device=self.device, dtype=self.obs.dtype)
+        self.action[idx] = torch.as_tensor(np.asarray(action), device=self.device, dtype=torch.float32)
+        self.reward[idx] = torch.as_tensor(np.asarray(reward), device=self.device, dtype=torch.float32)
+        self.next_obs[idx] = torch.as_tensor(np.asarray(next_obs), device=self.device, dtype=self.obs.dtype)
+        self.terminated[idx] = torch.as_tensor(np.asarray(terminated), device=self.device, dtype=torch.bool)
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """``batch_size`` transitions drawn uniformly with replacement from the filled slots."""
         if self.size == 0:

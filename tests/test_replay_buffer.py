@@ -77,3 +77,17 @@ def test_load_refuses_other_capacity_and_shape():
         ReplayBuffer(7, (2,), 1).load_state_dict(buf.state_dict())
     with pytest.raises(ValueError, match="shape"):
         ReplayBuffer(6, (3,), 1).load_state_dict(buf.state_dict())
+
+
+def test_add_batch_equals_adding_one_by_one_across_the_wrap():
+    one, many = ReplayBuffer(5, (2,), 1), ReplayBuffer(5, (2,), 1)
+    fill(one, 3)
+    fill(many, 3)
+    obs = np.arange(8, dtype=np.float32).reshape(4, 2)
+    act, rew, nxt, term = obs[:, :1] * 2, obs[:, 0] * 3, obs + 1, np.array([False, True, False, True])
+    for i in range(4):
+        one.add(obs[i], act[i], rew[i], nxt[i], term[i])
+    many.add_batch(obs, act, rew, nxt, term)
+    assert (many.pos, many.size) == (one.pos, one.size) == (2, 5)
+    for f in ("obs", "action", "reward", "next_obs", "terminated"):
+        assert torch.equal(getattr(one, f), getattr(many, f)), f

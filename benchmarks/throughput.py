@@ -1,0 +1,190 @@
+"""Throughput: td3_lightning (its CLI) vs Stable-Baselines3's TD3 vs a plain PyTorch loop.
+
+Identical settings for all three: LunarLander-v3 (continuous), 256-256 networks, batch 256,
+one critic update per env step, policy delay 2, 1000 warm-up steps excluded from the timing.
+Each run is a fresh subprocess; the three alternate, ``--repeats`` times; the table gives
+the median env steps/s of each, the ratios, and the time split of one training step.
+
+    pip install -c constraints.txt -e ".[bench]"
+    python benchmarks/throughput.py --steps 3000 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+WARMUP = 1000
+ENV_ID = "LunarLander-v3"
+
+
+# ----------------------------------------------------------------------------- the three runs
+def run_td3_lightning(steps: int, device: str) -> dict[str, float]:
+    """The normal CLI path; the progress bar's final rate excludes the warm-up."""
+    cmd = [
+        sys.executable, "-m", "td3_lightning", "fit", "--config", "lunar.yaml",
+        "--trainer.max_steps", str(steps), "--data.warmup_steps", str(WARMUP), "--trainer.limit_val_batches", "0",
+        "--trainer.logger", "false", "--checkpoint.save_top_k", "0", "--checkpoint.save_last", "false",
+        "--trainer.callbacks", "null", "--learning_curve.filename", "",
+        "--trainer.accelerator", device, "--progress_bar.log_seconds", "1e9",
+    ]
+    with tempfile.TemporaryDirectory() as cwd:  # the CLI saves its config.yaml in the cwd without a logger
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
+    rates = re.findall(r"\| (\d+(?:\.\d+)?) steps/s \|", out.stdout)
+    if out.returncode != 0 or not rates:
+        raise RuntimeError(f"td3_lightning run failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+    return {"steps_per_sec": float(rates[-1])}
+
+
+def run_sb3(steps: int, device: str) -> dict[str, float]:
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3 import TD3 as SB3TD3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    env = gym.make(ENV_ID, continuous=True)
+    marks: dict[str, float] = {}
+
+    class Clock(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps == WARMUP:
+                marks["start"] = time.perf_counter()
+            return True
+
+    n = env.action_space.shape[0]
+    model = SB3TD3(
+        "MlpPolicy", env, learning_starts=WARMUP, batch_size=256, train_freq=1, gradient_steps=1, policy_delay=2,
+        policy_kwargs={"net_arch": [256, 256]}, action_noise=NormalActionNoise(np.zeros(n), 0.1 * np.ones(n)),
+        buffer_size=100_000, device=device, seed=0, verbose=0,
+    )
+    model.learn(total_timesteps=WARMUP + steps, callback=Clock())
+    return {"steps_per_sec": steps / (time.perf_counter() - marks["start"])}
+
+
+def run_plain(steps: int, device: str) -> dict[str, float]:
+    """The same math as td3_lightning's module, in a hand-written loop, timed per phase."""
+    import numpy as np
+    import torch
+
+    from td3_lightning.envs import make_env
+    from td3_lightning.module import TD3
+    from td3_lightning.replay import ReplayBuffer
+
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    env = make_env(ENV_ID, {"continuous": True})
+    low, high = env.action_space.low, env.action_space.high
+    model = TD3([env.observation_space.shape[0]], low.tolist(), high.tolist()).to(dev)
+    buf = ReplayBuffer(100_000, env.observation_space.shape, len(low), device=dev)
+    copt = torch.optim.Adam(model.critic.parameters(), lr=3e-4)
+    aopt = torch.optim.Adam(model.actor.parameters(), lr=3e-4)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    rng = np.random.default_rng(0)
+    obs, _ = env.reset(seed=0)
+    split = dict.fromkeys(("env step", "action selection", "sampling", "critic update", "actor update"), 0.0)
+
+    def env_step(action: np.ndarray) -> None:
+        nonlocal obs
+        nxt, r, term, trunc, _ = env.step(action)
+        buf.add(obs, action, r, nxt, term)
+        obs = env.reset()[0] if (term or trunc) else nxt
+
+    for _ in range(WARMUP):
+        env_step(rng.uniform(low, high).astype(np.float32))
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    start = time.perf_counter()
+    for i in range(steps):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            a = model.actor(torch.as_tensor(obs, device=dev).unsqueeze(0))[0].cpu().numpy()
+        a = np.clip(a + rng.normal(0, 0.1, a.shape) * (high - low) / 2, low, high).astype(np.float32)
+        t1 = time.perf_counter()
+        env_step(a)
+        t2 = time.perf_counter()
+        batch = buf.sample(256, gen)
+        sync()
+        t3 = time.perf_counter()
+        loss, _ = model.critic_loss(batch)
+        copt.zero_grad(set_to_none=True)
+        loss.backward()
+        copt.step()
+        sync()
+        t4 = time.perf_counter()
+        if (i + 1) % 2 == 0:
+            loss_pi = model.actor_loss(batch)
+            aopt.zero_grad(set_to_none=True)
+            loss_pi.backward()
+            aopt.step()
+            model.update_targets()
+            sync()
+        t5 = time.perf_counter()
+        for key, dt in zip(split, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+            split[key] += dt
+    total = time.perf_counter() - start
+    return {"steps_per_sec": steps / total, **{f"ms {k}": 1000 * v / steps for k, v in split.items()}}
+
+
+RUNNERS = {"td3_lightning": run_td3_lightning, "sb3": run_sb3, "plain": run_plain}
+
+
+# ----------------------------------------------------------------------------- driver
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=3000, help="timed training steps per run (after the warm-up)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating rounds of the three runs")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--skip", nargs="*", default=[], choices=list(RUNNERS), help="runs to leave out")
+    parser.add_argument("--one", choices=list(RUNNERS), help=argparse.SUPPRESS)  # internal: one run, JSON out
+    args = parser.parse_args()
+
+    if args.one:
+        print(json.dumps(RUNNERS[args.one](args.steps, args.device)))
+        return
+
+    names = [n for n in RUNNERS if n not in args.skip]
+    results: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    for r in range(args.repeats):
+        for name in names:
+            cmd = [sys.executable, __file__, "--one", name, "--steps", str(args.steps), "--device", args.device]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+            if out.returncode != 0:
+                sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+            results[name].append(res)
+            print(f"round {r + 1}: {name:14s} {res['steps_per_sec']:8.1f} steps/s", file=sys.stderr)
+
+    med = {n: statistics.median(x["steps_per_sec"] for x in v) for n, v in results.items()}
+    print(f"\n{ENV_ID} (continuous), 256-256, batch 256, 1 update per env step, {args.steps} timed steps, "
+          f"median of {args.repeats}, device {args.device}\n")
+    print("| run | env steps/s (median) | all runs |\n|---|---:|---|")
+    for n in names:
+        runs = ", ".join(f"{x['steps_per_sec']:.1f}" for x in results[n])
+        print(f"| {n} | {med[n]:.1f} | {runs} |")
+    if "td3_lightning" in med:
+        for other in ("sb3", "plain"):
+            if other in med:
+                print(f"\ntd3_lightning / {other}: {med['td3_lightning'] / med[other]:.2f}x", end="")
+        print()
+    if "plain" in results:
+        keys = [k for k in results["plain"][0] if k.startswith("ms ")]
+        split = {k[3:]: statistics.median(x[k] for x in results["plain"]) for k in keys}
+        print("\nTime split of one training step (ms, median; from the plain loop):\n")
+        print("| phase | ms |\n|---|---:|")
+        for k, v in split.items():
+            print(f"| {k} | {v:.3f} |")
+        if "td3_lightning" in med:
+            overhead = 1000 / med["td3_lightning"] - 1000 / med["plain"]
+            share = overhead / (1000 / med["td3_lightning"])
+            print(f"| framework overhead (td3_lightning - plain) | {overhead:.3f} ({100 * share:.1f}% of a step) |")
+
+
+if __name__ == "__main__":
+    main()
