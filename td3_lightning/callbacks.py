@@ -18,6 +18,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from td3_lightning.data import TRAIN_SEED_OFFSET, ReplayDataModule
 from td3_lightning.errors import UserInputError
+from td3_lightning.module import NonFiniteError
 
 
 class EnvLoop(L.Callback):
@@ -94,7 +95,11 @@ class EnvLoop(L.Callback):
     def _step(self, dm: ReplayDataModule, action: np.ndarray, trainer: L.Trainer | None = None) -> None:
         obs = self._current_obs_or_reset(dm)
         assert dm.train_env is not None and dm.buffer is not None
+        if not np.isfinite(action).all():
+            self._non_finite(dm, trainer, "action", action)
         next_obs, reward, terminated, truncated, _ = dm.train_env.step(action)
+        if not (np.isfinite(reward) and np.isfinite(next_obs).all() and (self.episode_length or np.isfinite(obs).all())):
+            self._non_finite(dm, trainer, "reward", reward, "observation", next_obs, "reset observation", obs)
         dm.buffer.add(obs, action, float(reward), next_obs, bool(terminated))
         self.env_steps += 1
         self.episode_return += float(reward)
@@ -106,6 +111,23 @@ class EnvLoop(L.Callback):
             if trainer is not None:
                 self._log_episode(trainer)
             self._obs = None
+
+    def _non_finite(self, dm: ReplayDataModule, trainer: L.Trainer | None, *named: Any) -> None:
+        """Stop before a NaN or infinity reaches the env or the replay buffer."""
+        when = f"env step {self.env_steps + 1} " + (
+            f"(training step {trainer.global_step + 1})" if trainer is not None else "(warm-up)"
+        )
+        for name, value in zip(named[::2], named[1::2]):
+            value = np.asarray(value)
+            bad = ~np.isfinite(value)
+            if not bad.any():
+                continue
+            if name == "action":  # a non-finite actor: report its first non-finite loss if one was recorded
+                if trainer is not None:
+                    trainer.lightning_module.check_finite(action=f"; stopped at {when}")
+                raise NonFiniteError(f"non-finite action {value.tolist()} from the actor at {when}")
+            where = f"({value.item()})" if value.ndim == 0 else f"({value[bad][0]} at index {int(np.flatnonzero(bad)[0])})"
+            raise NonFiniteError(f"non-finite {name} {where} from the environment {dm.env_id} at {when}")
 
     @rank_zero_only
     def _log_episode(self, trainer: L.Trainer) -> None:

@@ -1,25 +1,35 @@
 """The command line: ``python -m td3_lightning fit|validate|test --config <yaml>``.
 
 A LightningCLI with the TD3 module and the replay datamodule, the env's observation shape
-and action bounds linked into the model, RL-friendly trainer defaults, and errors from
-bad input printed as one line.
+and action bounds linked into the model, RL-friendly trainer defaults, atomic checkpoint
+writes, ``--ckpt_path last`` across runs, and errors from bad input (options, config files,
+checkpoints) printed as one line.
 """
 
 from __future__ import annotations
 
+import argparse
+import difflib
+import logging
 import os
+import re
 import sys
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.callbacks import ModelCheckpoint
+import torch
+from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
 
 from td3_lightning.callbacks import RLProgressBar, TestReport
+from td3_lightning.checkpointing import ModelCheckpoint, with_atomic_checkpoint_io
 from td3_lightning.data import ReplayDataModule
 from td3_lightning.errors import UserInputError
-from td3_lightning.module import TD3
+from td3_lightning.module import TD3, check_checkpoint_meta
+from td3_lightning.plots import LearningCurve
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -42,33 +52,256 @@ CHECKPOINT_DEFAULTS: dict[str, Any] = {
 }
 
 
+_SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")
+
+# --ckpt_path values that Lightning resolves itself (besides "last", which the CLI resolves)
+_LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
+
+
 class TD3CLI(LightningCLI):
-    """LightningCLI for TD3: the module, the replay datamodule and a default checkpoint callback."""
+    """LightningCLI for TD3: the module, the replay datamodule and a default checkpoint callback.
+
+    On top of LightningCLI: checkpoints are written atomically (:class:`AtomicCheckpointIO`
+    unless the user passes a ``CheckpointIO`` plugin); ``--ckpt_path last`` means the newest
+    ``last.ckpt`` of earlier runs; a checkpoint is read and checked (readable, TD3, format
+    version, env shapes, buffer size) before anything is built or written; parse errors are
+    raised as :class:`UserInputError` with one line.
+    """
+
+    _ckpt_facts: dict[str, Any] | None = None
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(RLProgressBar, "progress_bar")
         parser.add_lightning_class_args(TestReport, "test_report")
+        parser.add_lightning_class_args(LearningCurve, "learning_curve")
         parser.set_defaults(CHECKPOINT_DEFAULTS)
         for name in ("obs_shape", "action_low", "action_high"):
             parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
 
-    def _check_ckpt_path(self) -> None:
-        config = self.config.get(str(self.subcommand), self.config)
-        ckpt = config.get("ckpt_path")
-        if ckpt is None or ckpt in ("last", "best", "hpc", "registry"):
+    # ------------------------------------------------------------- parsing
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        try:
+            super().parse_arguments(parser, args)
+        except argparse.ArgumentError as err:
+            raise UserInputError(one_line_parse_error(str(err), _option_names(self, args))) from None
+
+    # ------------------------------------------------------------- the checkpoint, before anything is built
+    def _parse_ckpt_path(self) -> None:
+        subcommand, ckpt = self.config.get("subcommand"), None
+        if subcommand:
+            config = self.config[subcommand]
+            ckpt = config.get("ckpt_path")
+            if ckpt == "last":
+                ckpt = str(find_last_checkpoint(config))
+                self.config[f"{subcommand}.ckpt_path"] = ckpt
+                rank_zero_info(f"--ckpt_path last: {ckpt}")
+            if ckpt is not None and not _lightning_resolves(ckpt):
+                if not os.path.isfile(ckpt):
+                    problem = "is a folder, not a file" if os.path.isdir(ckpt) else "not found"
+                    raise UserInputError(
+                        f"checkpoint file {problem}: {ckpt}; pass an existing .ckpt file to --ckpt_path"
+                    )
+                self._ckpt_facts = inspect_checkpoint(ckpt)
+        try:
+            super()._parse_ckpt_path()  # the checkpoint's model hyperparameters into the config
+        except argparse.ArgumentError as err:
+            raise UserInputError(
+                f"checkpoint {ckpt}: its model hyperparameters do not fit TD3 ({one_line_parse_error(str(err))})"
+            ) from None
+
+    def _check_against_env(self) -> None:
+        """The checkpoint's observation and action spaces (and replay capacity) against the
+        configured env; runs once the datamodule has probed the env, before the Trainer is built."""
+        facts = self._ckpt_facts
+        if facts is None:
             return
-        if not os.path.isfile(ckpt):
-            raise UserInputError(f"checkpoint file not found: {ckpt}; pass an existing .ckpt file to --ckpt_path")
+        spec, env_id, path = self.datamodule.spec, self.datamodule.env_id, facts["path"]
+        pairs = [
+            ("observation shape", facts["obs_shape"], tuple(spec.obs_shape)),
+            ("action shape", facts["action_shape"], (len(spec.action_low),)),
+        ]
+        for what, theirs, ours in pairs:
+            if theirs is not None and tuple(theirs) != tuple(ours):
+                raise UserInputError(
+                    f"checkpoint {what} {tuple(theirs)} != {env_id}'s {tuple(ours)} ({path}); "
+                    "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
+                )
+        bounds = facts["action_bounds"]
+        if bounds is not None and [list(b) for b in bounds] != [list(spec.action_low), list(spec.action_high)]:
+            raise UserInputError(
+                f"checkpoint action bounds low={bounds[0]} high={bounds[1]} != {env_id}'s low={list(spec.action_low)} "
+                f"high={list(spec.action_high)} ({path}); use the env the checkpoint was trained on"
+            )
+        if self.subcommand == "fit" and not facts["resumable"]:
+            raise UserInputError(
+                f"checkpoint {path} holds no optimizer or loop state (a slim or weights-only checkpoint): "
+                "test and validate take it, fit cannot resume from it"
+            )
+        capacity = facts["replay_capacity"]
+        if self.subcommand == "fit" and capacity is not None and capacity != self.datamodule.buffer_size:
+            raise UserInputError(
+                f"checkpoint replay buffer capacity {capacity} != data.buffer_size {self.datamodule.buffer_size} "
+                f"({path}); set data.buffer_size {capacity} to resume it"
+            )
 
-    def before_fit(self) -> None:
-        self._check_ckpt_path()
+    def _set_seed(self) -> None:
+        # "Seed set to N" is said once the input has passed every check (instantiate_trainer),
+        # so that bad input prints its error line alone
+        level = _SEED_LOG.level
+        _SEED_LOG.setLevel(logging.WARNING)
+        try:
+            super()._set_seed()
+        finally:
+            _SEED_LOG.setLevel(level)
 
-    def before_validate(self) -> None:
-        self._check_ckpt_path()
+    # ------------------------------------------------------------- the trainer
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
+        self._check_against_env()  # model and datamodule exist now; nothing is written yet
+        seed = self._get(self.config, "seed_everything")
+        if seed is not False and seed is not None:
+            _SEED_LOG.info(f"Seed set to {seed}")
+        config = self._get(self.config_init, "trainer", default={})
+        kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
+        return super().instantiate_trainer(**kwargs)
 
-    def before_test(self) -> None:
-        self._check_ckpt_path()
+
+def _lightning_resolves(ckpt: str) -> bool:
+    return ckpt in _LIGHTNING_CKPT_NAMES or ckpt.startswith("registry:") or "://" in ckpt
+
+
+def inspect_checkpoint(path: str) -> dict[str, Any]:
+    """Read ``path`` (memory-mapped: the tensors are not loaded) and check that it is a
+    readable td3_lightning checkpoint of this format version; return the facts the CLI
+    checks against the env. :class:`UserInputError` with one line otherwise."""
+    if os.path.getsize(path) == 0:
+        raise UserInputError(f"cannot read checkpoint {path}: the file is empty")
+    try:
+        with warnings.catch_warnings():  # torch warns about odd bytes; the error below says it in one line
+            warnings.simplefilter("ignore")
+            try:
+                ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except Exception:
+                if zipfile.is_zipfile(path):
+                    raise
+                ckpt = torch.load(path, map_location="cpu", weights_only=True)  # the pre-zip torch format
+    except Exception as err:
+        if not zipfile.is_zipfile(path):
+            reason = "the file is truncated or corrupt, or not a PyTorch checkpoint"
+        elif "Weights only load failed" in str(err):
+            reason = "it holds Python objects that do not load safely (weights_only), not a td3_lightning checkpoint"
+        else:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            reason = f"the file is corrupt ({type(err).__name__}: {first[:160]})"
+        raise UserInputError(f"cannot read checkpoint {path}: {reason}") from None
+    check_checkpoint_meta(ckpt, f"checkpoint {path}")
+    hp = ckpt.get("hyper_parameters") or {}
+    low, high = hp.get("action_low"), hp.get("action_high")
+    data = ckpt.get(ReplayDataModule.__qualname__) or {}
+    replay = data.get("replay") if isinstance(data, dict) else None
+    obs_shape = hp.get("obs_shape", data.get("obs_shape") if isinstance(data, dict) else None)
+    return {
+        "path": path,
+        "obs_shape": tuple(obs_shape) if obs_shape is not None else None,
+        "action_shape": (len(low),) if low is not None else None,
+        "action_bounds": (list(low), list(high)) if low is not None and high is not None else None,
+        "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
+        "resumable": all(k in ckpt for k in ("optimizer_states", "loops")),
+    }
+
+
+def find_last_checkpoint(config: Any) -> Path:
+    """The newest ``last.ckpt`` that a run with this configuration writes: under
+    ``checkpoint.dirpath`` if set, else ``<logger save_dir>/<name>/*/checkpoints/`` (by default
+    ``lightning_logs/version_*/checkpoints/`` in the current folder)."""
+    trainer = config.get("trainer") or {}
+    root = Path(trainer.get("default_root_dir") or os.getcwd())
+    dirpath = (config.get("checkpoint") or {}).get("dirpath")
+    if dirpath:
+        where = Path(dirpath)
+        candidates = list(where.glob("last*.ckpt"))
+        described = f"{where}/last*.ckpt"
+    else:
+        logger = trainer.get("logger")
+        if isinstance(logger, list):
+            logger = logger[0] if logger else False
+        if logger is False:
+            where, pattern = root, "checkpoints/last*.ckpt"
+        else:
+            init = (logger.get("init_args") or {}) if hasattr(logger, "get") else {}
+            save_dir = Path(init.get("save_dir") or root)
+            name = init.get("name", "lightning_logs")
+            where, pattern = (save_dir / name if name else save_dir), "*/checkpoints/last*.ckpt"
+        candidates = list(where.glob(pattern))
+        described = f"{where}/{pattern}"
+    candidates = [p for p in candidates if p.is_file()]
+    if not candidates:
+        raise UserInputError(
+            f"--ckpt_path last: no checkpoint matches {described}; pass a checkpoint file to --ckpt_path"
+        )
+    return max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+
+
+def _option_names(cli: LightningCLI, args: Any) -> list[str]:
+    """Every ``--option`` of the subcommand named in ``args`` (for "did you mean")."""
+    parser = cli.parser
+    subparsers = getattr(cli, "_subcommand_parsers", {})
+    for arg in args or []:
+        if isinstance(arg, str) and arg in subparsers:
+            parser = subparsers[arg]
+            break
+    return [o for o in getattr(parser, "_option_string_actions", {}) if o.startswith("--")]
+
+
+def _clean_type(text: str) -> str:
+    text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
+    text = re.sub(r"\b(?:typing|collections\.abc)\.", "", text)
+    text = re.sub(r"\b(?:[a-z_]\w*\.)+([A-Z]\w*)", r"\1", text)  # lightning.pytorch.loggers.Logger -> Logger
+    return text.replace("NoneType", "None")
+
+
+def _suggest(name: str, choices: list[str]) -> str:
+    """A close match among ``choices``: same group (``model.``), similar last part."""
+    group, _, last = name.rpartition(".")
+    siblings = {c.rpartition(".")[2]: c for c in choices if c.rpartition(".")[0] == group}
+    close = difflib.get_close_matches(last, list(siblings), n=1, cutoff=0.7)
+    return f" (did you mean {siblings[close[0]]}?)" if close else ""
+
+
+def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
+    """jsonargparse's (often multi-line) parse error as one line that names the key."""
+    options = options or []
+    keys = [o[2:] for o in options]
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else message
+    if first.startswith("unrecognized arguments:"):
+        names = [a.split("=", 1)[0] for a in first.split(":", 1)[1].split() if a.startswith("-")]
+        name = names[0] if names else first.split(":", 1)[1].strip()
+        return f"unknown option {name}{_suggest(name, options)}; --help lists the options"
+    unknown = re.match(r"(?:Group|Subcommand) '([^']*)' does not accept option '([^']*)'", first)
+    if unknown:
+        group, key = unknown.groups()
+        key = key if "." in key or group in ("fit", "validate", "test", "predict") else f"{group}.{key}"
+        return f"unknown key {key} in the configuration{_suggest(key, keys)}; --help lists the options"
+    keyed = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
+    if keyed:
+        key, rest = keyed.group(1), keyed.group(2)
+        detail = [rest, *lines[1:]] if rest else lines[1:]
+        expected = got = None
+        for line in detail:
+            simple = re.match(r"Expected an? (.+?)\. Got value: (.*)", line)
+            if simple and expected is None:
+                kind = _clean_type(simple.group(1))
+                expected, got = ("an " if kind[:1] in "aeiou" else "a ") + kind, simple.group(2)
+            elif line.startswith("Subtypes:"):
+                expected = "one of " + _clean_type(line.split(":", 1)[1].strip().strip("[]"))
+            elif line.startswith("Given value:"):
+                got = line.split(":", 1)[1].strip()
+        if expected is not None and got is not None:
+            return f"invalid value for {key}: expected {expected}, got {got!r}"
+        return f"invalid value for {key}: " + _clean_type(" ".join(detail))
+    return _clean_type(" ".join(lines))
 
 
 def resolve_config_args(args: list[str]) -> list[str]:
@@ -108,8 +341,12 @@ def main(args: list[str] | None = None) -> None:
             trainer_defaults=TRAINER_DEFAULTS,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
-            parser_kwargs={"prog": "python -m td3_lightning"},
+            # parse errors are raised, and printed as one line below, instead of a usage dump
+            parser_kwargs={"prog": "python -m td3_lightning", "exit_on_error": False},
         )
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except argparse.ArgumentError as err:  # a parse error outside parse_arguments (e.g. while instantiating)
+        print(f"error: {one_line_parse_error(str(err))}", file=sys.stderr)
         sys.exit(2)

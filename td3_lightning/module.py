@@ -17,6 +17,12 @@ CHECKPOINT_KEY = "td3_lightning"
 FORMAT_VERSION = 1
 
 
+class NonFiniteError(UserInputError):
+    """A NaN or an infinity in what the environment returned, in a training loss or in the
+    weights. Training stops with one line naming the quantity and the step; no checkpoint
+    with non-finite weights is ever written."""
+
+
 def _noop_closure() -> None:
     return None
 
@@ -29,6 +35,13 @@ class TD3(L.LightningModule):
     is updated through the first critic and all targets track their networks by Polyak
     averaging. ``trainer.global_step`` counts training steps, i.e. environment steps after
     the warm-up.
+
+    A non-finite critic or actor loss stops training with a :class:`NonFiniteError`. On the
+    CPU every loss is checked before its backward pass, so the weights never become
+    non-finite. On an accelerator a per-step check would cost a host sync, so the step of
+    the first non-finite loss is recorded on the device and checked every
+    ``log_every_n_steps`` steps, before every validation and test and before every
+    checkpoint; a checkpoint with non-finite weights is never written.
 
     Args:
         obs_shape: shape of one observation (from the env; linked automatically by the CLI).
@@ -83,6 +96,8 @@ class TD3(L.LightningModule):
         self._noise_gen: torch.Generator | None = None
         self._noise_gen_state: Tensor | None = None  # restored from a checkpoint, applied on first use
         self._train_sums: Tensor | None = None  # critic loss, q, actor loss, count, actor count
+        self._first_non_finite: Tensor | None = None  # (critic, actor): step of the first non-finite loss, or -1
+        self._first_non_finite_value: Tensor | None = None  # (critic, actor): that loss
 
         self.val_return = MeanMetric()
         self.val_length = MeanMetric()
@@ -128,6 +143,7 @@ class TD3(L.LightningModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         critic_opt, actor_opt = self.optimizers()  # type: ignore[misc]
         loss_q, q = self.critic_loss(batch)
+        self._check_loss(0, loss_q)
         critic_opt.zero_grad(set_to_none=True)
         self.manual_backward(loss_q)
         critic_opt.step()  # the one optimizer step per training step that global_step counts
@@ -136,6 +152,7 @@ class TD3(L.LightningModule):
         loss_pi = None
         if self.num_critic_updates % self.hparams.policy_freq == 0:
             loss_pi = self.actor_loss(batch)
+            self._check_loss(1, loss_pi)
             actor_opt.zero_grad(set_to_none=True)
             self.manual_backward(loss_pi)
             self._uncounted_step(actor_opt)
@@ -147,6 +164,63 @@ class TD3(L.LightningModule):
         """An optimizer step through the strategy (precision plugins, loss scaling) that does
         not advance ``global_step``, so that ``global_step`` counts training steps."""
         self.trainer.strategy.optimizer_step(optimizer.optimizer, _noop_closure, model=self)
+
+    # ------------------------------------------------------------------ non-finite guard
+    # None: check every loss at once on the CPU (a host sync there is nearly free) and defer
+    # the check on accelerators; True / False force one way.
+    finite_check_every_step: bool | None = None
+    _LOSS_NAMES = ("critic loss", "actor loss")
+
+    def _check_loss(self, slot: int, loss: Tensor) -> None:
+        """Stop at the first non-finite loss of this step (``slot`` 0: critic, 1: actor)."""
+        step = self.global_step + 1  # the training step being taken
+        eager = self.finite_check_every_step
+        if eager is None:
+            eager = loss.device.type == "cpu"
+        if eager:
+            if not bool(torch.isfinite(loss)):
+                raise NonFiniteError(self._loss_message(slot, step, loss.item()))
+            return
+        steps, values = self._first_non_finite, self._first_non_finite_value
+        if steps is None or values is None or steps.device != loss.device:
+            steps = self._first_non_finite = torch.full((2,), -1, dtype=torch.long, device=loss.device)
+            values = self._first_non_finite_value = torch.zeros(2, dtype=torch.float32, device=loss.device)
+        hit = (steps[slot] < 0) & ~torch.isfinite(loss)  # no host sync: the first bad step stays on the device
+        steps[slot] = torch.where(hit, step, steps[slot])
+        values[slot] = torch.where(hit, loss.detach().float(), values[slot])
+
+    def _loss_message(self, slot: int, step: int, value: float, action: str = "") -> str:
+        lr = "model.critic_lr" if slot == 0 else "model.actor_lr"
+        return (
+            f"non-finite {self._LOSS_NAMES[slot]} ({value}) at training step {step}{action}; "
+            f"try a lower {lr} or check the scale of the rewards and observations"
+        )
+
+    def check_finite(self, state_dict: dict[str, Tensor] | None = None, action: str = "") -> None:
+        """Raise :class:`NonFiniteError` if a loss was non-finite since the last check or a
+        weight is non-finite (one host sync)."""
+        if self._first_non_finite is not None and self._first_non_finite_value is not None:
+            for slot, step in enumerate(self._first_non_finite.tolist()):
+                if step >= 0:
+                    value = float(self._first_non_finite_value[slot])
+                    raise NonFiniteError(self._loss_message(slot, step, value, action))
+        tensors = {k: v for k, v in (state_dict if state_dict is not None else self.state_dict()).items()
+                   if isinstance(v, Tensor) and v.is_floating_point()}
+        if not tensors:
+            return
+        finite = torch.stack([torch.isfinite(v).all() for v in tensors.values()]).tolist()
+        if not all(finite):
+            name = next(k for k, ok in zip(tensors, finite) if not ok)
+            raise NonFiniteError(f"non-finite weights in {name} at training step {self.global_step}{action}")
+
+    def on_train_end(self) -> None:
+        self.check_finite()
+
+    def on_validation_start(self) -> None:
+        self.check_finite(action="; not evaluating them")
+
+    def on_test_start(self) -> None:
+        self.check_finite(action="; not evaluating them")
 
     # ------------------------------------------------------------------ random streams
     def _standard_normal(self, like: Tensor) -> Tensor:
@@ -180,6 +254,8 @@ class TD3(L.LightningModule):
             s[4] += 1
         every = max(1, self.trainer.log_every_n_steps)
         if self.global_step % every == 0:
+            if self._first_non_finite is not None:
+                self.check_finite({})  # the deferred loss check; this step syncs anyway
             metrics = {"train/critic_loss": s[0] / s[3], "train/q": s[1] / s[3]}
             if float(s[4]) > 0:
                 metrics["train/actor_loss"] = s[2] / s[4]
@@ -241,6 +317,9 @@ class TD3(L.LightningModule):
         return [EnvLoop()]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # never replace a good checkpoint with one holding non-finite weights
+        not_written = f"; the checkpoint at step {self.global_step} was not written"
+        self.check_finite(checkpoint.get("state_dict"), action=not_written)
         checkpoint[CHECKPOINT_KEY] = {
             "format_version": FORMAT_VERSION,
             "algorithm": "TD3",
@@ -250,19 +329,29 @@ class TD3(L.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        meta = checkpoint.get(CHECKPOINT_KEY)
-        if meta is None:
-            raise UserInputError("the checkpoint was not written by td3_lightning (no 'td3_lightning' section)")
-        if meta.get("algorithm") != "TD3":
-            raise UserInputError(f"the checkpoint holds a '{meta.get('algorithm')}' model, not TD3")
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise UserInputError(
-                f"the checkpoint has format version {meta.get('format_version')}; this td3_lightning reads "
-                f"version {FORMAT_VERSION}"
-            )
+        meta = check_checkpoint_meta(checkpoint)
         self.num_critic_updates = int(meta.get("num_critic_updates", 0))
         self.num_actor_updates = int(meta.get("num_actor_updates", 0))
         self._noise_gen, self._noise_gen_state = None, meta.get("noise_rng")
+
+
+def check_checkpoint_meta(checkpoint: Any, name: str = "the checkpoint") -> dict[str, Any]:
+    """The ``td3_lightning`` section of a loaded checkpoint; :class:`UserInputError` with one
+    line if it is not a TD3 checkpoint of the format this version reads."""
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise UserInputError(f"{name} is not a Lightning checkpoint (no 'state_dict')")
+    meta = checkpoint.get(CHECKPOINT_KEY)
+    if not isinstance(meta, dict):
+        raise UserInputError(
+            f"{name} was not written by td3_lightning (a Lightning checkpoint without the '{CHECKPOINT_KEY}' section)"
+        )
+    if meta.get("algorithm") != "TD3":
+        raise UserInputError(f"{name} holds a '{meta.get('algorithm')}' model, not TD3")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise UserInputError(
+            f"{name} has format version {meta.get('format_version')}; this td3_lightning reads version {FORMAT_VERSION}"
+        )
+    return meta
 
 
 def _check_hparams(**hp: Any) -> None:

@@ -51,12 +51,43 @@ class ImageObsEnv(ConstantRewardEnv):
         self.observation_space = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
 
 
+class TwoActionEnv(ConstantRewardEnv):
+    """ConstantRewardEnv with a 2-D action (same observations)."""
+
+    def __init__(self, obs_dim: int = 3):
+        super().__init__(obs_dim=obs_dim)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+class NonFiniteEnv(ConstantRewardEnv):
+    """ConstantRewardEnv whose ``bad_at``-th step (counted over the instance's lifetime, 1-based)
+    returns ``value`` as the reward (``field="reward"``) or in the observation (``field="obs"``)."""
+
+    def __init__(self, bad_at: int = 100, field: str = "reward", value: float = float("nan"), horizon: int = 20):
+        super().__init__(horizon=horizon)
+        self.bad_at, self.field, self.value = bad_at, field, value
+        self.steps = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        if self.steps == self.bad_at:
+            if self.field == "reward":
+                reward = self.value
+            else:
+                obs = obs.copy()
+                obs[1] = self.value
+        return obs, reward, terminated, truncated, info
+
+
 def register() -> None:
     for name, cls in [
         ("ConstantReward-v0", ConstantRewardEnv),
         ("DiscreteAction-v0", DiscreteActionEnv),
         ("UnboundedAction-v0", UnboundedActionEnv),
         ("ImageObs-v0", ImageObsEnv),
+        ("NonFinite-v0", NonFiniteEnv),
+        ("TwoActions-v0", TwoActionEnv),
     ]:
         env_id = f"td3test/{name}"
         if env_id not in gym.registry:

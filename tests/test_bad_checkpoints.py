@@ -1,0 +1,220 @@
+"""Bad checkpoints and bad configs: one line on stderr, exit status 2, nothing written;
+``--ckpt_path last``."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from td3_lightning.cli import find_last_checkpoint, main
+from td3_lightning.errors import UserInputError
+
+RUN = [
+    "--config", "pendulum.yaml", "--trainer.max_steps", "60", "--trainer.val_check_interval", "30",
+    "--data.warmup_steps", "100", "--data.buffer_size", "5000", "--data.eval_episodes", "1",
+    "--model.hidden_dims", "[16, 16]", "--data.batch_size", "16",
+]
+
+
+@pytest.fixture(scope="module")
+def real_ckpt(tmp_path_factory) -> Path:
+    """A real Pendulum-v1 checkpoint (observation (3,), action (1,) in [-2, 2], buffer 5000)."""
+    root = tmp_path_factory.mktemp("run")
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        main(["fit", *RUN])
+    finally:
+        os.chdir(cwd)
+    return root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+
+
+def _error_line(args: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("error: "), err
+    return err
+
+
+def _edited(src: Path, dst: Path, edit) -> None:
+    ckpt = torch.load(src, weights_only=True)
+    edit(ckpt)
+    torch.save(ckpt, dst)
+
+
+def _make(name: str, src: Path, dst: Path) -> None:
+    data = src.read_bytes()
+    if name == "half":
+        dst.write_bytes(data[: len(data) // 2])
+    elif name == "random":
+        dst.write_bytes(random.Random(0).randbytes(4096))
+    elif name == "empty":
+        dst.write_bytes(b"")
+    elif name == "no_section":
+        _edited(src, dst, lambda c: c.pop("td3_lightning"))
+    elif name == "sac":
+        _edited(src, dst, lambda c: c["td3_lightning"].update(algorithm="SAC"))
+    elif name == "v2":
+        _edited(src, dst, lambda c: c["td3_lightning"].update(format_version=2))
+    elif name == "weights_only":
+        torch.save({"actor": torch.zeros(3)}, dst)
+    elif name == "slim":
+        _edited(src, dst, lambda c: [c.pop(k) for k in ("optimizer_states", "loops", "ReplayDataModule")])
+    elif name == "folder":
+        dst.mkdir()
+    else:
+        shutil.copy(src, dst)
+
+
+CASES = [
+    ("half", [], "cannot read checkpoint bad.ckpt: the file is truncated or corrupt, or not a PyTorch checkpoint"),
+    ("random", [], "cannot read checkpoint bad.ckpt: the file is truncated or corrupt, or not a PyTorch checkpoint"),
+    ("empty", [], "cannot read checkpoint bad.ckpt: the file is empty"),
+    ("folder", [], "checkpoint file is a folder, not a file: bad.ckpt; pass an existing .ckpt file to --ckpt_path"),
+    ("no_section", [], "checkpoint bad.ckpt was not written by td3_lightning (a Lightning checkpoint without the "
+                       "'td3_lightning' section)"),
+    ("sac", [], "checkpoint bad.ckpt holds a 'SAC' model, not TD3"),
+    ("v2", [], "checkpoint bad.ckpt has format version 2; this td3_lightning reads version 1"),
+    ("weights_only", [], "checkpoint bad.ckpt is not a Lightning checkpoint (no 'state_dict')"),
+    ("real", ["--data.env_id", "CarRacingState-v0"],
+     "checkpoint observation shape (3,) != CarRacingState-v0's (43,) (bad.ckpt); use the env (data.env_id, "
+     "data.env_kwargs) the checkpoint was trained on"),
+    ("real", ["--data.env_id", "td3test/TwoActions-v0"],
+     "checkpoint action shape (1,) != td3test/TwoActions-v0's (2,) (bad.ckpt)"),
+    ("real", ["--data.env_id", "td3test/ConstantReward-v0", "--data.env_kwargs", "{obs_dim: 3}"],
+     "checkpoint action bounds low=[-2.0] high=[2.0] != td3test/ConstantReward-v0's low=[-1.0] high=[1.0] (bad.ckpt)"),
+    ("slim", [], "checkpoint bad.ckpt holds no optimizer or loop state (a slim or weights-only checkpoint): test and "
+                 "validate take it, fit cannot resume from it"),
+    ("real", ["--data.buffer_size", "4000"],
+     "checkpoint replay buffer capacity 5000 != data.buffer_size 4000 (bad.ckpt); set data.buffer_size 5000 to "
+     "resume it"),
+]
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "test"])
+@pytest.mark.parametrize(
+    "kind, args, message", CASES, ids=[f"{c[0]}-{c[1][1] if c[1] else ''}".strip("-") for c in CASES]
+)
+def test_bad_checkpoint_one_line_nothing_written(
+    subcommand, kind, args, message, real_ckpt, tmp_path, monkeypatch, capsys
+):
+    if subcommand == "test" and ("--data.buffer_size" in args or kind == "slim"):
+        pytest.skip("test takes a checkpoint without optimizer and replay state")
+    monkeypatch.chdir(tmp_path)
+    _make(kind, real_ckpt, tmp_path / "bad.ckpt")
+    err = _error_line([subcommand, *RUN, *args, "--ckpt_path", "bad.ckpt"], capsys)
+    assert message in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["bad.ckpt"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    "args, config, message",
+    [
+        (["--model.gamme", "0.9"], None,
+         "error: unknown option --model.gamme (did you mean --model.gamma?); --help lists the options"),
+        (["--model.gamma", "abc"], None, "error: invalid value for model.gamma: expected a float, got 'abc'"),
+        (["--trainer.max_steps", "1.5"], None,
+         "error: invalid value for trainer.max_steps: expected an int, got '1.5'"),
+        (["--seed_everything", "abc"], None,
+         "error: invalid value for seed_everything: expected one of bool, int, got 'abc'"),
+        ([], {"model": {"gamme": 0.9}},
+         "error: unknown key model.gamme in the configuration (did you mean model.gamma?); --help lists the options"),
+        ([], {"data": {"batch_size": "many"}}, "error: invalid value for data.batch_size: expected an int, got 'many'"),
+        ([], {"trainer": {"max_stepz": 10}},
+         "error: unknown key trainer.max_stepz in the configuration (did you mean trainer.max_steps?); "
+         "--help lists the options"),
+    ],
+    ids=["unknown-option", "wrong-type", "wrong-int", "wrong-union", "config-unknown-key", "config-wrong-type",
+         "config-unknown-trainer-key"],
+)
+def test_bad_option_or_config_one_line(args, config, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    extra = []
+    if config is not None:
+        (tmp_path / "mine.yaml").write_text(yaml.safe_dump(config))
+        extra = ["--config", "mine.yaml"]
+    err = _error_line(["fit", "--config", "pendulum.yaml", *extra, *args], capsys)
+    assert err == message
+    assert [p.name for p in tmp_path.iterdir()] == (["mine.yaml"] if config else [])
+
+
+# ---------------------------------------------------------------------------- --ckpt_path last
+def test_ckpt_path_last_without_earlier_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    err = _error_line(["fit", *RUN, "--ckpt_path", "last"], capsys)
+    assert err == (
+        f"error: --ckpt_path last: no checkpoint matches {tmp_path}/lightning_logs/*/checkpoints/last*.ckpt; "
+        "pass a checkpoint file to --ckpt_path"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ckpt_path_last_resumes_the_newest_run(real_ckpt, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for version, age in [("version_0", 0), ("version_1", 100), ("version_7", 50)]:  # version_0 is the newest
+        path = tmp_path / "lightning_logs" / version / "checkpoints" / "last.ckpt"
+        path.parent.mkdir(parents=True)
+        shutil.copy(real_ckpt, path)
+        os.utime(path, ns=(real_ckpt.stat().st_mtime_ns - age * 10**9,) * 2)
+    main(["fit", *RUN, "--trainer.max_steps", "70", "--ckpt_path", "last"])
+    run = tmp_path / "lightning_logs" / "version_8"
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["ckpt_path"] == str(tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 70 and ckpt["td3_lightning"]["num_critic_updates"] == 70
+    assert ckpt["ReplayDataModule"]["replay"]["size"] == 100 + 70  # the warm-up is not repeated
+
+
+def test_find_last_checkpoint_follows_the_configuration(tmp_path):
+    def touch(rel: str, age: int) -> Path:
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+        return path
+
+    touch("logs/tb/version_0/checkpoints/last.ckpt", 10)
+    newest = touch("logs/tb/version_1/checkpoints/last.ckpt", 5)
+    touch("logs/tb/version_1/checkpoints/.last.ckpt.abc123.tmp", 0)  # a write killed midway: not a candidate
+    logger = {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+              "init_args": {"save_dir": str(tmp_path / "logs"), "name": "tb"}}
+    assert find_last_checkpoint({"trainer": {"logger": logger}, "checkpoint": {}}) == newest
+
+    fixed = touch("ckpts/last-v1.ckpt", 1)  # a second run into a fixed folder writes last-v1.ckpt
+    touch("ckpts/last.ckpt", 3)
+    assert find_last_checkpoint({"trainer": {}, "checkpoint": {"dirpath": str(tmp_path / "ckpts")}}) == fixed
+
+    no_logger = touch("root/checkpoints/last.ckpt", 1)
+    assert find_last_checkpoint({"trainer": {"logger": False, "default_root_dir": str(tmp_path / "root")}}) == no_logger
+    with pytest.raises(UserInputError, match="no checkpoint matches"):
+        find_last_checkpoint({"trainer": {"default_root_dir": str(tmp_path / "nowhere")}})
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data.env_id", "CarRacingState-v0", "--ckpt_path", "CKPT"], "checkpoint observation shape (3,) != "),
+        (["--model.gamme", "0.9"], "unknown option --model.gamme (did you mean --model.gamma?)"),
+    ],
+    ids=["shape-mismatch", "unknown-option"],
+)
+def test_a_real_process_prints_exactly_one_line(args, message, real_ckpt, tmp_path, cli_env):
+    """Logging (e.g. "Seed set to 0") and usage text would show in a real terminal, not in capsys."""
+    args = [str(real_ckpt) if a == "CKPT" else a for a in args]
+    out = subprocess.run(
+        [sys.executable, "-m", "td3_lightning", "fit", "--config", "pendulum.yaml", *args],
+        cwd=tmp_path, env={**cli_env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(f"error: {message}"), out.stderr
+    assert out.stdout == "" and list(tmp_path.iterdir()) == []
