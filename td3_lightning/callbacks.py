@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
 from pathlib import Path
 import warnings
+from collections import deque
 from typing import Any
 
 import lightning as L
@@ -16,35 +18,45 @@ import torch
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 
-from td3_lightning.data import TRAIN_SEED_OFFSET, ReplayDataModule
+from td3_lightning.data import RANK_SEED_STRIDE, TRAIN_SEED_OFFSET, ReplayDataModule
 from td3_lightning.errors import UserInputError
 from td3_lightning.module import NonFiniteError
 
 
 class EnvLoop(L.Callback):
-    """Steps the training env once before every training batch and writes the transition
-    to the replay buffer.
+    """Steps the training envs and writes their transitions to the replay buffer.
 
-    Before the first batch it fills the buffer with ``data.warmup_steps`` uniformly random
-    actions; afterwards it acts with the actor plus Gaussian noise
-    (``model.exploration_noise`` times half the action range), clipped to the bounds.
-    Episode ``e`` is reset with env seed ``base_seed + e``, so a resumed run replays the
-    same episodes. Only ``terminated`` ends bootstrapping: a time-limit ``truncated``
-    transition is stored as non-terminal with its real next observation.
+    Before the first batch it fills the buffer with ``data.warmup_steps`` transitions of
+    uniformly random actions. Before every training batch it then takes as many (vector)
+    env steps as keep the collected transitions at ``training steps / data.utd_ratio``: with
+    one env and ``utd_ratio`` 1, exactly one env step per training step; with
+    ``num_envs`` 4 and ``utd_ratio`` 1, one vector step (4 transitions) every 4 training steps.
+    Actions are the actor's plus Gaussian noise (``model.exploration_noise`` times half the
+    action range), clipped to the bounds.
+
+    Every new episode gets the next env seed ``base_seed + k`` (``k`` counts the episodes
+    started), so a resumed run replays the same episodes; on DDP ranks draw distinct seeds.
+    Only ``terminated`` ends bootstrapping: a time-limit ``truncated`` transition is stored as
+    non-terminal with its real next observation. The vector envs never autoreset, so no
+    transition crosses an episode boundary.
 
     Logged at the end of every episode: ``train/episode_return``, ``train/episode_length``,
-    ``train/episodes``, ``train/env_steps`` (warm-up included) and
+    ``train/episodes``, ``train/env_steps`` (all transitions, warm-up included) and
     ``perf/env_steps_per_sec``.
     """
 
     def __init__(self) -> None:
-        self.env_steps = 0  # all env steps, warm-up included
-        self.episodes = 0  # finished (or abandoned) episodes
+        self.env_steps = 0  # transitions, warm-up included
+        self.train_transitions = 0  # transitions collected after the warm-up
+        self.episodes = 0  # finished episodes
+        self.episodes_started = 0  # seeds handed out
         self.base_seed: int | None = None
-        self.episode_return = 0.0
-        self.episode_length = 0
         self.last_episode_return: float | None = None
-        self._obs: np.ndarray | None = None
+        self.recent_returns: deque[float] = deque(maxlen=1024)  # of the latest finished episodes
+        self._obs: np.ndarray | None = None  # (num_envs, *obs_shape)
+        self._needs_reset: np.ndarray | None = None
+        self._returns: np.ndarray | None = None
+        self._lengths: np.ndarray | None = None
         self._gen: torch.Generator | None = None
         self._loaded: dict[str, Any] | None = None
         self._clock: tuple[float, int] | None = None
@@ -54,71 +66,109 @@ class EnvLoop(L.Callback):
         dm = trainer.datamodule
         if not isinstance(dm, ReplayDataModule):
             raise UserInputError("EnvLoop needs a ReplayDataModule: call trainer.fit(model, datamodule=ReplayDataModule(...))")
+        self.num_envs = dm.num_envs
+        self._returns = np.zeros(self.num_envs)
+        self._lengths = np.zeros(self.num_envs, dtype=np.int64)
+        self._needs_reset = np.zeros(self.num_envs, dtype=bool)
         self._gen = torch.Generator()
+        rank = trainer.global_rank
         if self._loaded is not None:
-            self._restore(self._loaded)
+            self._restore(self._loaded, trainer)
             self._loaded = None
         else:
-            self._gen.manual_seed(int(torch.randint(2**62, (1,)).item()))
-            self.base_seed = TRAIN_SEED_OFFSET + int(torch.randint(2**30, (1,)).item())
+            self._gen.manual_seed(int(torch.randint(2**62, (1,)).item()) + rank)
+            self.base_seed = TRAIN_SEED_OFFSET + RANK_SEED_STRIDE * rank + int(torch.randint(2**30, (1,)).item())
         actor = pl_module.actor
         self._scale = actor.action_scale.detach().cpu().double()
         self._bias = actor.action_bias.detach().cpu().double()
         assert dm.buffer is not None
         while len(dm.buffer) < dm.warmup_steps:
-            self._step(dm, self._random_action())
+            self._step(dm, self._random_actions())
         self._clock = (time.perf_counter(), self.env_steps)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        self._step(trainer.datamodule, self._explore(pl_module), trainer)
+        dm = trainer.datamodule
+        target = math.ceil((trainer.global_step + 1) / dm.utd_ratio - 1e-9)
+        while self.train_transitions < target:
+            self._step(dm, self._explore(pl_module), trainer)
+            self.train_transitions += self.num_envs
 
     # ------------------------------------------------------------- acting
-    def _random_action(self) -> np.ndarray:
-        u = torch.rand(self._scale.shape, generator=self._gen, dtype=torch.float64) * 2 - 1
+    def _random_actions(self) -> np.ndarray:
+        u = torch.rand((self.num_envs, *self._scale.shape), generator=self._gen, dtype=torch.float64) * 2 - 1
         return (u * self._scale + self._bias).float().numpy()
 
     def _explore(self, pl_module: Any) -> np.ndarray:
-        obs = torch.as_tensor(self._current_obs_or_reset(pl_module.trainer.datamodule), device=pl_module.device)
+        obs = torch.as_tensor(self._observe(pl_module.trainer.datamodule), device=pl_module.device)
         with torch.no_grad():
-            action = pl_module.actor(obs.unsqueeze(0))[0].double().cpu()
+            action = pl_module.actor(obs).double().cpu()
         noise = torch.randn(action.shape, generator=self._gen, dtype=torch.float64)
         action = action + noise * pl_module.hparams.exploration_noise * self._scale
         return torch.clamp(action, self._bias - self._scale, self._bias + self._scale).float().numpy()
 
-    def _current_obs_or_reset(self, dm: ReplayDataModule) -> np.ndarray:
+    def _next_seeds(self, mask: np.ndarray) -> list[int | None]:
+        assert self.base_seed is not None
+        seeds: list[int | None] = []
+        for reset in mask:
+            seeds.append(self.base_seed + self.episodes_started if reset else None)
+            self.episodes_started += int(reset)
+        return seeds
+
+    def _observe(self, dm: ReplayDataModule) -> np.ndarray:
+        """The current observations, after resetting the envs whose episode ended."""
+        env = dm.train_env
+        assert env is not None and self._needs_reset is not None
         if self._obs is None:
-            assert dm.train_env is not None and self.base_seed is not None
-            self._obs, _ = dm.train_env.reset(seed=self.base_seed + self.episodes)
-            self.episode_return, self.episode_length = 0.0, 0
+            all_envs = np.ones(self.num_envs, dtype=bool)
+            self._obs, _ = env.reset(seed=self._next_seeds(all_envs))
+            self._reset_stats(all_envs)
+        elif self._needs_reset.any():
+            mask = self._needs_reset.copy()
+            self._obs, _ = env.reset(seed=self._next_seeds(mask), options={"reset_mask": mask})
+            self._reset_stats(mask)
         return self._obs
 
-    def _step(self, dm: ReplayDataModule, action: np.ndarray, trainer: L.Trainer | None = None) -> None:
-        obs = self._current_obs_or_reset(dm)
+    def _reset_stats(self, mask: np.ndarray) -> None:
+        assert self._returns is not None and self._lengths is not None and self._needs_reset is not None
+        self._returns[mask] = 0.0
+        self._lengths[mask] = 0
+        self._needs_reset[mask] = False
+
+    def _step(self, dm: ReplayDataModule, actions: np.ndarray, trainer: L.Trainer | None = None) -> None:
+        obs = self._observe(dm)
         assert dm.train_env is not None and dm.buffer is not None
-        if not np.isfinite(action).all():
-            self._non_finite(dm, trainer, "action", action)
-        next_obs, reward, terminated, truncated, _ = dm.train_env.step(action)
-        if not (np.isfinite(reward) and np.isfinite(next_obs).all() and (self.episode_length or np.isfinite(obs).all())):
-            self._non_finite(dm, trainer, "reward", reward, "observation", next_obs, "reset observation", obs)
-        dm.buffer.add(obs, action, float(reward), next_obs, bool(terminated))
-        self.env_steps += 1
-        self.episode_return += float(reward)
-        self.episode_length += 1
+        assert self._returns is not None and self._lengths is not None and self._needs_reset is not None
+        self._check_finite(dm, trainer, "action", actions)
+        next_obs, reward, terminated, truncated, _ = dm.train_env.step(actions)
+        self._check_finite(dm, trainer, "reward", reward, "observation", next_obs, "reset observation", obs)
+        dm.buffer.add_batch(obs, actions, reward, next_obs, terminated)
+        self.env_steps += self.num_envs
+        self._returns += reward
+        self._lengths += 1
         self._obs = next_obs
-        if terminated or truncated:
+        done = np.logical_or(terminated, truncated)
+        for i in np.flatnonzero(done):
             self.episodes += 1
-            self.last_episode_return = self.episode_return
+            self.last_episode_return = float(self._returns[i])
+            self.recent_returns.append(self.last_episode_return)
             if trainer is not None:
-                self._log_episode(trainer)
-            self._obs = None
+                self._log_episode(trainer, float(self._returns[i]), int(self._lengths[i]))
+        self._needs_reset |= done
+
+    def _check_finite(self, dm: ReplayDataModule, trainer: L.Trainer | None, *named: Any) -> None:
+        """Stop before a NaN or infinity reaches the env or the replay buffer."""
+        for name, value in zip(named[::2], named[1::2]):
+            if not np.isfinite(np.asarray(value, dtype=np.float64)).all():
+                self._non_finite(dm, trainer, *named)
 
     def _non_finite(self, dm: ReplayDataModule, trainer: L.Trainer | None, *named: Any) -> None:
-        """Stop before a NaN or infinity reaches the env or the replay buffer."""
         when = f"env step {self.env_steps + 1} " + (
             f"(training step {trainer.global_step + 1})" if trainer is not None else "(warm-up)"
         )
         for name, value in zip(named[::2], named[1::2]):
             value = np.asarray(value)
+            if self.num_envs == 1 and value.ndim > 0 and value.shape[0] == 1:
+                value = value[0]  # one env: report its value, not a batch of one
             bad = ~np.isfinite(value)
             if not bad.any():
                 continue
@@ -130,11 +180,11 @@ class EnvLoop(L.Callback):
             raise NonFiniteError(f"non-finite {name} {where} from the environment {dm.env_id} at {when}")
 
     @rank_zero_only
-    def _log_episode(self, trainer: L.Trainer) -> None:
+    def _log_episode(self, trainer: L.Trainer, episode_return: float, episode_length: int) -> None:
         now = time.perf_counter()
         metrics = {
-            "train/episode_return": self.episode_return,
-            "train/episode_length": float(self.episode_length),
+            "train/episode_return": episode_return,
+            "train/episode_length": float(episode_length),
             "train/episodes": float(self.episodes),
             "train/env_steps": float(self.env_steps),
         }
@@ -146,35 +196,44 @@ class EnvLoop(L.Callback):
 
     # ------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict[str, Any]:
+        in_progress = int(np.count_nonzero(self._lengths)) if self._obs is not None and self._lengths is not None else 0
         return {
             "env_steps": self.env_steps,
+            "train_transitions": self.train_transitions,
             "episodes": self.episodes,
+            "episodes_started": self.episodes_started,
             "base_seed": self.base_seed,
-            "episode_return": self.episode_return,
-            "episode_length": self.episode_length if self._obs is not None else 0,
+            "episodes_in_progress": in_progress,
             "rng": self._gen.get_state() if self._gen is not None else None,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._loaded = dict(state_dict)
 
-    def _restore(self, state: dict[str, Any]) -> None:
+    def _restore(self, state: dict[str, Any], trainer: L.Trainer) -> None:
         self.env_steps = int(state["env_steps"])
         self.episodes = int(state["episodes"])
         self.base_seed = state["base_seed"]
+        if "episodes_started" in state:
+            self.episodes_started = int(state["episodes_started"])
+            in_progress = int(state.get("episodes_in_progress", 0))
+            self.train_transitions = int(state["train_transitions"])
+        else:  # checkpoints of td3_lightning 0.1.0's single-env loop
+            in_progress = int(int(state.get("episode_length", 0)) > 0)
+            self.episodes_started = self.episodes + in_progress
+            self.train_transitions = trainer.global_step
         if state.get("rng") is not None:
             assert self._gen is not None
             self._gen.set_state(state["rng"])
         self._obs = None
-        if int(state.get("episode_length", 0)) > 0:
-            # The env's physics state is not in the checkpoint: the episode in progress is
-            # abandoned (its transitions stay in the buffer) and the next one starts.
+        if in_progress:
+            # The envs' physics state is not in the checkpoint: episodes in progress are
+            # abandoned (their transitions stay in the buffer) and new ones start.
             warnings.warn(
-                f"resumed mid-episode: the episode in progress ({state['episode_length']} steps) is abandoned "
-                "and a new one starts; checkpoints at episode ends resume exactly",
+                f"resumed mid-episode: {in_progress} episode(s) in progress are abandoned and new ones start; "
+                "checkpoints at episode ends resume exactly",
                 stacklevel=2,
             )
-            self.episodes += 1
 
 
 class RLProgressBar(ProgressBar):

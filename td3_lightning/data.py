@@ -32,6 +32,9 @@ Policy = Callable[[np.ndarray], np.ndarray]
 # Training episodes are seeded from this value up, so evaluation and test seeds below it
 # (the defaults are) are never tracks or start states the agent trained on.
 TRAIN_SEED_OFFSET = 2**20
+# Under DDP each rank's training episodes use seeds offset by this much, so ranks never share
+# episodes (or tracks).
+RANK_SEED_STRIDE = 2**31
 
 # The replay stream reports this length so that Lightning sees a sized loader and does not
 # draw a batch ahead of the training step: each batch is sampled right before it is used.
@@ -179,6 +182,15 @@ class ReplayDataModule(L.LightningDataModule):
             ``<run folder>/videos/`` (the env's normal view, e.g. CarRacing from above).
         record_val: record the first ``record_val`` episodes of every validation run.
         video_format: ``mp4`` or ``gif``.
+        num_envs: training envs stepped together as one gymnasium vector env.
+        utd_ratio: updates per collected transition (update-to-data ratio). The env loop keeps
+            the transitions collected after the warm-up at ``training steps / utd_ratio``: with
+            ``num_envs`` 4 and ``utd_ratio`` 1 it takes one vector step (4 transitions) every
+            4 training steps; with ``utd_ratio`` 0.25, one vector step every training step.
+            ``trainer.max_steps`` always counts training steps (critic updates);
+            ``train/env_steps`` counts transitions.
+        vector_mode: ``async`` (each env in its own process, the default when ``num_envs`` > 1)
+            or ``sync`` (all in this process; always used for one env).
         num_workers: must be 0: the buffer lives in the main process; batches are sampled there.
     """
 
@@ -199,6 +211,9 @@ class ReplayDataModule(L.LightningDataModule):
         record_test: int = 0,
         record_val: int = 0,
         video_format: str = "mp4",
+        num_envs: int = 1,
+        utd_ratio: float = 1.0,
+        vector_mode: str = "async",
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -209,10 +224,14 @@ class ReplayDataModule(L.LightningDataModule):
             )
         for name, value, least in [
             ("batch_size", batch_size, 1), ("buffer_size", buffer_size, 1), ("warmup_steps", warmup_steps, 1),
-            ("eval_episodes", eval_episodes, 1), ("test_episodes", test_episodes, 1),
+            ("eval_episodes", eval_episodes, 1), ("test_episodes", test_episodes, 1), ("num_envs", num_envs, 1),
         ]:
             if value < least:
                 raise UserInputError(f"data.{name} must be at least {least}, got {value}")
+        if not utd_ratio > 0:
+            raise UserInputError(f"data.utd_ratio must be > 0, got {utd_ratio}")
+        if vector_mode not in ("async", "sync"):
+            raise UserInputError(f"data.vector_mode must be async or sync, got {vector_mode!r}")
         if video_format not in ("mp4", "gif"):
             raise UserInputError(f"data.video_format must be mp4 or gif, got {video_format!r}")
         if warmup_steps > buffer_size:
@@ -228,6 +247,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.buffer_device = buffer_device
         self.save_replay = save_replay
         self.record_test, self.record_val, self.video_format = record_test, record_val, video_format
+        self.num_envs, self.utd_ratio, self.vector_mode = num_envs, utd_ratio, vector_mode
 
         probe = make_env(env_id, self.env_kwargs)  # fails early on a bad id, kwargs or spaces
         try:
@@ -237,7 +257,7 @@ class ReplayDataModule(L.LightningDataModule):
         if self.train_env_kwargs != self.env_kwargs:
             make_env(env_id, self.train_env_kwargs).close()
 
-        self.train_env: gym.Env | None = None
+        self.train_env: gym.vector.VectorEnv | None = None
         self.eval_env: gym.Env | None = None
         self.buffer: ReplayBuffer | None = None
         self._sample_gen: torch.Generator | None = None
@@ -261,8 +281,15 @@ class ReplayDataModule(L.LightningDataModule):
         return list(self.spec.action_high)
 
     # ------------------------------------------------------------- setup
-    def make_train_env(self) -> gym.Env:
-        return make_env(self.env_id, self.train_env_kwargs)
+    def make_train_env(self) -> gym.vector.VectorEnv:
+        """The training envs as one vector env that never autoresets (the env loop resets
+        finished envs itself, with their own seeds, so no transition crosses a reset)."""
+        env_id, kwargs = self.env_id, dict(self.train_env_kwargs)
+        fns = [lambda: make_env(env_id, kwargs) for _ in range(self.num_envs)]
+        mode = gym.vector.AutoresetMode.DISABLED
+        if self.num_envs > 1 and self.vector_mode == "async":
+            return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
+        return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
 
     def make_eval_env(self, render_mode: str | None = None) -> gym.Env:
         return make_env(self.env_id, self.env_kwargs, render_mode=render_mode)
@@ -275,7 +302,8 @@ class ReplayDataModule(L.LightningDataModule):
                 self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), self.spec.obs_dtype, device
             )
             self._sample_gen = torch.Generator(device=device)
-            self._sample_gen.manual_seed(int(torch.randint(2**62, (1,)).item()))
+            rank = self.trainer.global_rank if self.trainer is not None else 0
+            self._sample_gen.manual_seed(int(torch.randint(2**62, (1,)).item()) + rank)
 
     def _device(self) -> torch.device:
         trainer = self.trainer

@@ -15,21 +15,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from td3_lightning.checkpointing import atomic_torch_save
 from td3_lightning.errors import UserInputError
 
 SLIM_KEYS = ("state_dict", "hyper_parameters", "hparams_name", "td3_lightning", "pytorch-lightning_version",
              "epoch", "global_step")
-
-
-def _atomic_save(obj: Any, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, out)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -51,7 +44,8 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
     slim = {k: ckpt[k] for k in SLIM_KEYS if k in ckpt}
     slim["td3_lightning"] = {**ckpt["td3_lightning"], "noise_rng": None}
     out = Path(out)
-    _atomic_save(slim, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_torch_save(slim, out)
     return out
 
 

@@ -39,9 +39,10 @@ class LearningCurve(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         loop = self._loop(trainer)
-        if loop is not None and loop.episodes > self._seen_episodes and loop.last_episode_return is not None:
+        if loop is not None and loop.episodes > self._seen_episodes:
+            new = min(loop.episodes - self._seen_episodes, len(loop.recent_returns))
+            self.train.extend((trainer.global_step, r) for r in list(loop.recent_returns)[len(loop.recent_returns) - new :])
             self._seen_episodes = loop.episodes
-            self.train.append((trainer.global_step, float(loop.last_episode_return)))
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         value = trainer.callback_metrics.get("val/return")

@@ -33,6 +33,30 @@ class ConstantRewardEnv(gym.Env):
         return self._obs(), 1.0, False, self.t >= self.horizon, {}
 
 
+class CountingEnv(gym.Env):
+    """Observation ``[t, seed % 1000]``: the step within the episode and the episode's reset
+    seed (modulo 1000, so that float32 holds it exactly).
+
+    Episodes are truncated after ``horizon`` steps, or terminated at step ``end_at`` when set,
+    so a stored transition that crossed a reset would show a jump in ``t`` or ``seed``."""
+
+    def __init__(self, horizon: int = 7, end_at: int | None = 5):
+        self.horizon, self.end_at = horizon, end_at
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.t, self.seed = 0, -1.0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.seed = 0, float(seed % 1000 if seed is not None else -1)
+        return np.array([self.t, self.seed], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        terminated = self.end_at is not None and self.t == self.end_at and self.seed % 2 == 0
+        return np.array([self.t, self.seed], np.float32), 1.0, terminated, self.t >= self.horizon, {}
+
+
 class DiscreteActionEnv(ConstantRewardEnv):
     def __init__(self):
         super().__init__()
@@ -83,6 +107,7 @@ class NonFiniteEnv(ConstantRewardEnv):
 def register() -> None:
     for name, cls in [
         ("ConstantReward-v0", ConstantRewardEnv),
+        ("Counting-v0", CountingEnv),
         ("DiscreteAction-v0", DiscreteActionEnv),
         ("UnboundedAction-v0", UnboundedActionEnv),
         ("ImageObs-v0", ImageObsEnv),
