@@ -60,6 +60,7 @@ class EnvLoop(L.Callback):
         self._gen: torch.Generator | None = None
         self._loaded: dict[str, Any] | None = None
         self._clock: tuple[float, int] | None = None
+        self._transitions_from_step = False
 
     # ------------------------------------------------------------- lifecycle
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -85,6 +86,11 @@ class EnvLoop(L.Callback):
         while len(dm.buffer) < dm.warmup_steps:
             self._step(dm, self._random_actions())
         self._clock = (time.perf_counter(), self.env_steps)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._transitions_from_step:  # one env step per training step in that loop
+            self.train_transitions = trainer.global_step
+            self._transitions_from_step = False
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
         dm = trainer.datamodule
@@ -221,7 +227,7 @@ class EnvLoop(L.Callback):
         else:  # checkpoints of td3_lightning 0.1.0's single-env loop
             in_progress = int(int(state.get("episode_length", 0)) > 0)
             self.episodes_started = self.episodes + in_progress
-            self.train_transitions = trainer.global_step
+            self._transitions_from_step = True  # global_step is restored after on_fit_start
         if state.get("rng") is not None:
             assert self._gen is not None
             self._gen.set_state(state["rng"])

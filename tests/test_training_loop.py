@@ -123,3 +123,19 @@ def test_learning_curve_records_episodes_and_evaluations(tmp_path):
     assert curve.val == [(50, 20.0), (100, 20.0)]
     png = tmp_path / "learning_curve.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_resume_from_a_single_env_loop_checkpoint_of_version_0_1(tmp_path):
+    """Checkpoints written before vector envs hold the env loop's state without transition counts."""
+    _fit(tmp_path / "b", 60, every=60)
+    path = tmp_path / "b" / "s60.ckpt"
+    ckpt = torch.load(path, weights_only=False)
+    key = next(k for k in ckpt["callbacks"] if k.startswith("EnvLoop"))
+    state = ckpt["callbacks"][key]
+    old = {k: state[k] for k in ("env_steps", "episodes", "base_seed", "rng")}
+    old.update(episode_return=0.0, episode_length=0)
+    ckpt["callbacks"][key] = old
+    torch.save(ckpt, path)
+    trainer, model, dm, loop = _fit(tmp_path / "b2", 100, ckpt_path=path)
+    assert trainer.global_step == 100 and loop.train_transitions == 100
+    assert len(dm.buffer) == 70 and loop.env_steps == 120  # 20 warm-up + 100: one env step per training step
