@@ -32,7 +32,7 @@ class EnvLoop(L.Callback):
     one env and ``utd_ratio`` 1, exactly one env step per training step; with
     ``num_envs`` 4 and ``utd_ratio`` 1, one vector step (4 transitions) every 4 training steps.
     Actions are the actor's plus Gaussian noise (``model.exploration_noise`` times half the
-    action range), clipped to the bounds.
+    action range, or its schedule), clipped to the bounds.
 
     Every new episode gets the next env seed ``base_seed + k`` (``k`` counts the episodes
     started), so a resumed run replays the same episodes; on DDP ranks draw distinct seeds.
@@ -109,7 +109,8 @@ class EnvLoop(L.Callback):
         with torch.no_grad():
             action = pl_module.actor(obs).double().cpu()
         noise = torch.randn(action.shape, generator=self._gen, dtype=torch.float64)
-        action = action + noise * pl_module.hparams.exploration_noise * self._scale
+        sigma = pl_module.exploration_noise_at(pl_module.trainer.global_step)
+        action = action + noise * sigma * self._scale
         return torch.clamp(action, self._bias - self._scale, self._bias + self._scale).float().numpy()
 
     def _next_seeds(self, mask: np.ndarray) -> list[int | None]:

@@ -58,6 +58,11 @@ class TD3(L.LightningModule):
             while collecting data, relative to half the action range.
         actor_lr: Adam learning rate of the actor.
         critic_lr: Adam learning rate of the critics.
+        exploration_noise_final: when set, the exploration noise decays linearly from
+            ``exploration_noise`` to this value over ``schedule_steps`` training steps, then stays.
+        lr_final_factor: the learning rates decay linearly to ``lr * lr_final_factor`` over
+            ``schedule_steps`` training steps (1 = constant).
+        schedule_steps: length of both schedules in training steps (default: ``trainer.max_steps``).
     """
 
     def __init__(
@@ -75,12 +80,17 @@ class TD3(L.LightningModule):
         exploration_noise: float = 0.1,
         actor_lr: float = 3e-4,
         critic_lr: float = 3e-4,
+        exploration_noise_final: float | None = None,
+        lr_final_factor: float = 1.0,
+        schedule_steps: int | None = None,
     ) -> None:
         super().__init__()
         _check_hparams(
             obs_shape=obs_shape, action_low=action_low, action_high=action_high, hidden_dims=hidden_dims,
             num_critics=num_critics, gamma=gamma, tau=tau, policy_noise=policy_noise, noise_clip=noise_clip,
             policy_freq=policy_freq, exploration_noise=exploration_noise, actor_lr=actor_lr, critic_lr=critic_lr,
+            exploration_noise_final=exploration_noise_final, lr_final_factor=lr_final_factor,
+            schedule_steps=schedule_steps,
         )
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -140,8 +150,36 @@ class TD3(L.LightningModule):
         target = [*self.actor_target.parameters(), *self.critic_target.parameters()]
         torch._foreach_lerp_(target, online, self.hparams.tau)
 
+    # ------------------------------------------------------------------ schedules
+    def _progress(self, step: int) -> float:
+        """Fraction of the schedules done at training step ``step`` (0 to 1)."""
+        total = self.hparams.get("schedule_steps")
+        if total is None:
+            trainer = self._trainer
+            total = trainer.max_steps if trainer is not None and trainer.max_steps and trainer.max_steps > 0 else None
+        return 1.0 if not total else min(1.0, step / total)
+
+    def exploration_noise_at(self, step: int) -> float:
+        """Exploration noise std (relative to half the action range) at training step ``step``."""
+        start, final = self.hparams.exploration_noise, self.hparams.get("exploration_noise_final")
+        return start if final is None else start + (final - start) * self._progress(step)
+
+    def lr_factor_at(self, step: int) -> float:
+        """Multiplier of both learning rates at training step ``step``."""
+        factor = self.hparams.get("lr_final_factor", 1.0)
+        return 1.0 if factor == 1.0 else 1.0 + (factor - 1.0) * self._progress(step)
+
+    def _apply_lr_schedule(self, critic_opt: Any, actor_opt: Any) -> None:
+        if self.hparams.get("lr_final_factor", 1.0) == 1.0:
+            return
+        factor = self.lr_factor_at(self.global_step)
+        for opt, base in ((critic_opt, self.hparams.critic_lr), (actor_opt, self.hparams.actor_lr)):
+            for group in opt.optimizer.param_groups:
+                group["lr"] = base * factor
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         critic_opt, actor_opt = self.optimizers()  # type: ignore[misc]
+        self._apply_lr_schedule(critic_opt, actor_opt)
         loss_q, q = self.critic_loss(batch)
         self._check_loss(0, loss_q)
         critic_opt.zero_grad(set_to_none=True)
@@ -257,6 +295,10 @@ class TD3(L.LightningModule):
             if self._first_non_finite is not None:
                 self.check_finite({})  # the deferred loss check; this step syncs anyway
             metrics = {"train/critic_loss": s[0] / s[3], "train/q": s[1] / s[3]}
+            if self.hparams.get("exploration_noise_final") is not None:
+                metrics["train/exploration_noise"] = self.exploration_noise_at(self.global_step)
+            if self.hparams.get("lr_final_factor", 1.0) != 1.0:
+                metrics["train/lr_factor"] = self.lr_factor_at(self.global_step)
             if float(s[4]) > 0:
                 metrics["train/actor_loss"] = s[2] / s[4]
             self.log_dict(metrics, on_step=True, on_epoch=False)
@@ -370,6 +412,11 @@ def _check_hparams(**hp: Any) -> None:
         (hp["policy_freq"] >= 1, f"model.policy_freq must be >= 1, got {hp['policy_freq']}"),
         (hp["exploration_noise"] >= 0, f"model.exploration_noise must be >= 0, got {hp['exploration_noise']}"),
         (hp["actor_lr"] > 0 and hp["critic_lr"] > 0, "model.actor_lr and model.critic_lr must be > 0"),
+        (hp["exploration_noise_final"] is None or hp["exploration_noise_final"] >= 0,
+         f"model.exploration_noise_final must be >= 0, got {hp['exploration_noise_final']}"),
+        (hp["lr_final_factor"] > 0, f"model.lr_final_factor must be > 0, got {hp['lr_final_factor']}"),
+        (hp["schedule_steps"] is None or hp["schedule_steps"] >= 1,
+         f"model.schedule_steps must be >= 1, got {hp['schedule_steps']}"),
     ]
     for ok, message in rules:
         if not ok:

@@ -139,3 +139,29 @@ def test_resume_from_a_single_env_loop_checkpoint_of_version_0_1(tmp_path):
     trainer, model, dm, loop = _fit(tmp_path / "b2", 100, ckpt_path=path)
     assert trainer.global_step == 100 and loop.train_transitions == 100
     assert len(dm.buffer) == 70 and loop.env_steps == 120  # 20 warm-up + 100: one env step per training step
+
+
+def test_exploration_noise_and_learning_rates_follow_their_linear_schedules():
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=1000)
+    model = small(dm, exploration_noise=0.3, exploration_noise_final=0.1, lr_final_factor=0.1, schedule_steps=50)
+    assert model.exploration_noise_at(0) == 0.3
+    assert abs(model.exploration_noise_at(25) - 0.2) < 1e-12
+    assert abs(model.exploration_noise_at(50) - 0.1) < 1e-12 and abs(model.exploration_noise_at(500) - 0.1) < 1e-12
+    assert model.lr_factor_at(0) == 1.0 and abs(model.lr_factor_at(25) - 0.55) < 1e-12
+    trainer = quiet_trainer(max_steps=40)
+    trainer.fit(model, dm)
+    critic_opt, actor_opt = (o.optimizer if hasattr(o, "optimizer") else o for o in trainer.optimizers)
+    factor = 1 + (0.1 - 1) * 39 / 50  # set before the last step, training step 39
+    assert abs(critic_opt.param_groups[0]["lr"] - 1e-3 * factor) < 1e-12
+    assert abs(actor_opt.param_groups[0]["lr"] - 1e-3 * factor) < 1e-12
+
+
+def test_schedules_default_to_the_run_length_and_to_constants():
+    dm = ReplayDataModule(ENV, warmup_steps=20)
+    constant = small(dm)
+    assert constant.exploration_noise_at(10**6) == 0.1 and constant.lr_factor_at(10**6) == 1.0
+    decaying = small(dm, exploration_noise_final=0.0)
+    trainer = quiet_trainer(max_steps=200)
+    decaying.trainer = trainer
+    assert abs(decaying.exploration_noise_at(100) - 0.05) < 1e-12  # halfway through max_steps
