@@ -166,6 +166,15 @@ class TD3CLI(LightningCLI):
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         return super().instantiate_trainer(**kwargs)
 
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Trainer:
+        """Leave out the CLI's own checkpoint callback or progress bar when the user turned
+        checkpointing or the progress bar off (Lightning refuses the combination)."""
+        if config.get("enable_checkpointing") is False:
+            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+        if config.get("enable_progress_bar") is False:
+            callbacks = [c for c in callbacks if not isinstance(c, RLProgressBar)]
+        return super()._instantiate_trainer(config, callbacks)
+
 
 def _lightning_resolves(ckpt: str) -> bool:
     return ckpt in _LIGHTNING_CKPT_NAMES or ckpt.startswith("registry:") or "://" in ckpt

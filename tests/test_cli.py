@@ -135,3 +135,16 @@ def test_print_config_shows_overrides(cli_env, tmp_path):
     out = run_cli(["fit", "--config", "pendulum.yaml", "--model.gamma", "0.98", "--data.batch_size", "64", "--print_config"], tmp_path, cli_env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "gamma: 0.98" in out.stdout and "batch_size: 64" in out.stdout and "env_id: Pendulum-v1" in out.stdout
+
+
+@pytest.mark.parametrize("option", ["--trainer.enable_checkpointing", "--trainer.enable_progress_bar"])
+def test_turning_off_checkpointing_or_the_progress_bar(option, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "pendulum.yaml", option, "false", "--trainer.max_steps", "20", "--data.warmup_steps", "20",
+          "--trainer.limit_val_batches", "0", "--model.hidden_dims", "[8]"])
+    out = capsys.readouterr().out
+    checkpoints = list(tmp_path.glob("lightning_logs/version_0/checkpoints/*.ckpt"))
+    if option.endswith("checkpointing"):
+        assert checkpoints == [] and "step 20/20" in out
+    else:
+        assert "steps/s" not in out  # no progress line
