@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 
+from td3_lightning.checkpointing import atomic_path
 from td3_lightning.data import RANK_SEED_STRIDE, TRAIN_SEED_OFFSET, ReplayDataModule
 from td3_lightning.errors import UserInputError
 from td3_lightning.module import NonFiniteError
@@ -333,8 +333,6 @@ class TestReport(L.Callback):
         )
         if trainer.log_dir is not None:
             path = Path(trainer.log_dir) / "test_results.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(m, indent=2) + "\n")
-            os.replace(tmp, path)
+            with atomic_path(path) as tmp:
+                tmp.write_text(json.dumps(m, indent=2) + "\n")
             print(f"test results written to {path}")

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,31 +66,45 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if not _is_local_file_protocol(path):
             super().save_checkpoint(checkpoint, path)
             return
-        target = Path(path).expanduser()
-        folder = target.parent.absolute()
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_torch_save(checkpoint, target)
+        atomic_torch_save(checkpoint, path)
 
 
-def atomic_torch_save(obj: Any, path: _PATH) -> None:
-    """``torch.save(obj, path)`` through a temporary file and ``os.replace``."""
-    target = Path(path)
+@contextlib.contextmanager
+def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
+    """Write a file atomically: the body writes the yielded temporary path (hidden, in the
+    target's folder, ending in ``suffix``); on success it is fsynced and renamed over ``path``
+    and the folder is fsynced; if the body raises, it is removed and ``path`` is untouched."""
+    target = Path(path).expanduser()
     folder = target.parent.absolute()
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=folder)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            if hasattr(os, "fchmod"):
-                os.fchmod(f.fileno(), _FILE_MODE)
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
+        if hasattr(os, "chmod"):
+            os.chmod(tmp, _FILE_MODE)
+        yield Path(tmp)
+        _fsync_file(tmp)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     _fsync_dir(folder)
-    log.debug("saved checkpoint %s", target)
+
+
+def atomic_torch_save(obj: Any, path: _PATH) -> None:
+    """``torch.save(obj, path)`` through :func:`atomic_path`."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
+    log.debug("saved checkpoint %s", path)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -6,7 +6,6 @@ validation and test data are streams of finished deterministic episodes, one per
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import warnings
@@ -23,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from td3_lightning.checkpointing import atomic_path
 from td3_lightning.envs import EnvSpec, check_spaces, make_env
 from td3_lightning.errors import UserInputError
 from td3_lightning.replay import ReplayBuffer
@@ -104,15 +104,13 @@ def write_video(path: Path, frames: list[np.ndarray], fps: float) -> Path:
     """Write RGB frames to ``path`` (``.mp4`` with ffmpeg, or ``.gif``), atomically."""
     import imageio.v2 as imageio
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    if path.suffix == ".gif":
-        imageio.mimsave(tmp, frames, duration=1000 / fps, loop=0)
-    else:
-        with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=8) as writer:
-            for frame in frames:
-                writer.append_data(frame)
-    os.replace(tmp, path)
+    with atomic_path(path, suffix=f".tmp{path.suffix}") as tmp:  # imageio picks the format by suffix
+        if path.suffix == ".gif":
+            imageio.mimsave(tmp, frames, duration=1000 / fps, loop=0)
+        else:
+            with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=8) as writer:
+                for frame in frames:
+                    writer.append_data(frame)
     return path
 
 

@@ -12,13 +12,12 @@ replay buffer, no loop state. ``torchscript`` writes the actor alone, a self-con
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import torch
 
-from td3_lightning.checkpointing import atomic_torch_save
+from td3_lightning.checkpointing import atomic_path, atomic_torch_save
 from td3_lightning.errors import UserInputError
 
 SLIM_KEYS = ("state_dict", "hyper_parameters", "hparams_name", "td3_lightning", "pytorch-lightning_version",
@@ -44,7 +43,6 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
     slim = {k: ckpt[k] for k in SLIM_KEYS if k in ckpt}
     slim["td3_lightning"] = {**ckpt["td3_lightning"], "noise_rng": None}
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     atomic_torch_save(slim, out)
     return out
 
@@ -59,10 +57,8 @@ def export_torchscript(src: str | Path, out: str | Path) -> Path:
     example = torch.zeros(1, *model.hparams.obs_shape)
     scripted = torch.jit.trace(actor, example)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    scripted.save(str(tmp))
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        scripted.save(str(tmp))
     return out
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+
+from td3_lightning.checkpointing import atomic_path
 
 
 class LearningCurve(L.Callback):
@@ -91,9 +92,7 @@ def draw_learning_curve(
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
-    os.replace(tmp, path)
     return path
