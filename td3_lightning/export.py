@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,17 +25,20 @@ SLIM_KEYS = ("state_dict", "hyper_parameters", "hparams_name", "td3_lightning", 
              "epoch", "global_step")
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """``torch.load`` a td3_lightning checkpoint on the CPU, with one-line errors."""
+def check_checkpoint(path: str | Path) -> None:
+    """One-line :class:`UserInputError` unless ``path`` is a readable td3_lightning checkpoint
+    of this format version (the command line's own check)."""
+    from td3_lightning.cli import inspect_checkpoint
+
     if not Path(path).is_file():
-        raise UserInputError(f"checkpoint file not found: {path}")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # truncated or not a torch file
-        raise UserInputError(f"cannot read checkpoint {path}: {type(err).__name__}; the file is truncated or not a checkpoint") from None
-    if not isinstance(ckpt, dict) or "td3_lightning" not in ckpt:
-        raise UserInputError(f"{path} is not a td3_lightning checkpoint")
-    return ckpt
+        raise UserInputError(f"checkpoint file not found: {path}; pass an existing .ckpt file to --ckpt_path")
+    inspect_checkpoint(str(path))
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checked checkpoint at ``path``, loaded on the CPU (tensors and plain data only)."""
+    check_checkpoint(path)
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
@@ -51,7 +55,7 @@ def export_torchscript(src: str | Path, out: str | Path) -> Path:
     """Write the actor of ``src`` as a TorchScript module ``obs -> action``."""
     from td3_lightning.module import TD3
 
-    load_checkpoint(src)
+    check_checkpoint(src)
     model = TD3.load_from_checkpoint(src, map_location="cpu")
     actor = model.actor.eval()
     example = torch.zeros(1, *model.hparams.obs_shape)
