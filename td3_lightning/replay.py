@@ -62,14 +62,7 @@ class ReplayBuffer:
 
     def add(self, obs: Any, action: Any, reward: float, next_obs: Any, terminated: bool) -> None:
         """Write one transition into the next slot."""
-        i = self.pos
-        self.obs[i] = torch.as_tensor(obs)
-        self.action[i] = torch.as_tensor(action)
-        self.reward[i] = float(reward)
-        self.next_obs[i] = torch.as_tensor(next_obs)
-        self.terminated[i] = bool(terminated)
-        self.pos = (i + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
+        self.add_batch([obs], [action], [reward], [next_obs], [terminated])
 
     def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
         """Write ``n`` transitions (leading dimension ``n``) into the next ``n`` slots."""
