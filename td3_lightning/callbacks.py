@@ -105,7 +105,8 @@ class EnvLoop(L.Callback):
         return (u * self._scale + self._bias).float().numpy()
 
     def _explore(self, pl_module: Any) -> np.ndarray:
-        obs = torch.as_tensor(self._observe(pl_module.trainer.datamodule), device=pl_module.device)
+        trainer = pl_module.trainer
+        obs = torch.as_tensor(self._observe(trainer.datamodule, trainer), device=pl_module.device)
         with torch.no_grad():
             action = pl_module.actor(obs).double().cpu()
         noise = torch.randn(action.shape, generator=self._gen, dtype=torch.float64)
@@ -121,18 +122,21 @@ class EnvLoop(L.Callback):
             self.episodes_started += int(reset)
         return seeds
 
-    def _observe(self, dm: ReplayDataModule) -> np.ndarray:
-        """The current observations, after resetting the envs whose episode ended."""
+    def _observe(self, dm: ReplayDataModule, trainer: L.Trainer | None = None) -> np.ndarray:
+        """The current observations, after resetting the envs whose episode ended (a reset's
+        observations are checked here; the others were checked when a step returned them)."""
         env = dm.train_env
         assert env is not None and self._needs_reset is not None
         if self._obs is None:
             all_envs = np.ones(self.num_envs, dtype=bool)
             self._obs, _ = env.reset(seed=self._next_seeds(all_envs))
             self._reset_stats(all_envs)
+            self._check_finite(dm, trainer, "reset observation", self._obs)
         elif self._needs_reset.any():
             mask = self._needs_reset.copy()
             self._obs, _ = env.reset(seed=self._next_seeds(mask), options={"reset_mask": mask})
             self._reset_stats(mask)
+            self._check_finite(dm, trainer, "reset observation", self._obs)
         return self._obs
 
     def _reset_stats(self, mask: np.ndarray) -> None:
@@ -142,12 +146,12 @@ class EnvLoop(L.Callback):
         self._needs_reset[mask] = False
 
     def _step(self, dm: ReplayDataModule, actions: np.ndarray, trainer: L.Trainer | None = None) -> None:
-        obs = self._observe(dm)
+        obs = self._observe(dm, trainer)
         assert dm.train_env is not None and dm.buffer is not None
         assert self._returns is not None and self._lengths is not None and self._needs_reset is not None
         self._check_finite(dm, trainer, "action", actions)
         next_obs, reward, terminated, truncated, _ = dm.train_env.step(actions)
-        self._check_finite(dm, trainer, "reward", reward, "observation", next_obs, "reset observation", obs)
+        self._check_finite(dm, trainer, "reward", reward, "observation", next_obs)
         dm.buffer.add_batch(obs, actions, reward, next_obs, terminated)
         self.env_steps += self.num_envs
         self._returns += reward

@@ -27,19 +27,17 @@ class LearningCurve(L.Callback):
         self.train: list[tuple[int, float]] = []
         self.val: list[tuple[int, float]] = []
         self._seen_episodes = 0
-
-    def _loop(self, trainer: L.Trainer) -> Any:
-        from td3_lightning.callbacks import EnvLoop
-
-        return next((c for c in trainer.callbacks if isinstance(c, EnvLoop)), None)
+        self._env_loop: Any = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        loop = self._loop(trainer)
+        from td3_lightning.callbacks import EnvLoop
+
+        loop = self._env_loop = next((c for c in trainer.callbacks if isinstance(c, EnvLoop)), None)
         if loop is not None and not self.train:  # warm-up episodes (random actions) are not drawn
             self._seen_episodes = loop.episodes
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        loop = self._loop(trainer)
+        loop = self._env_loop
         if loop is not None and loop.episodes > self._seen_episodes:
             new = min(loop.episodes - self._seen_episodes, len(loop.recent_returns))
             self.train.extend((trainer.global_step, r) for r in list(loop.recent_returns)[len(loop.recent_returns) - new :])

@@ -85,17 +85,26 @@ class TwoActionEnv(ConstantRewardEnv):
 
 class NonFiniteEnv(ConstantRewardEnv):
     """ConstantRewardEnv whose ``bad_at``-th step (counted over the instance's lifetime, 1-based)
-    returns ``value`` as the reward (``field="reward"``) or in the observation (``field="obs"``)."""
+    returns ``value`` as the reward (``field="reward"``) or in the observation (``field="obs"``),
+    or whose ``bad_at``-th reset returns it in the observation (``field="reset"``)."""
 
     def __init__(self, bad_at: int = 100, field: str = "reward", value: float = float("nan"), horizon: int = 20):
         super().__init__(horizon=horizon)
         self.bad_at, self.field, self.value = bad_at, field, value
-        self.steps = 0
+        self.steps = self.resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        self.resets += 1
+        if self.field == "reset" and self.resets == self.bad_at:
+            obs = obs.copy()
+            obs[0] = self.value
+        return obs, info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)
         self.steps += 1
-        if self.steps == self.bad_at:
+        if self.steps == self.bad_at and self.field != "reset":
             if self.field == "reward":
                 reward = self.value
             else:

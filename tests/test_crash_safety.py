@@ -235,6 +235,16 @@ def test_infinite_observation_during_warmup_stops_before_the_buffer(tmp_path, mo
     )
 
 
+def test_nan_reset_observation_stops_before_the_env_is_stepped(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    err = _fit_cli_error(
+        ["--data.env_id", "td3test/NonFinite-v0", "--data.env_kwargs", "{bad_at: 4, field: reset}"], capsys
+    )
+    # 20-step episodes: the 4th reset starts env step 61
+    assert err.startswith("error: non-finite reset observation (nan at index 0) from the environment "
+                          "td3test/NonFinite-v0 at env step 61 "), err
+
+
 def test_diverging_critic_stops_with_the_step(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     err = _fit_cli_error(["--model.critic_lr", "1e30", "--model.actor_lr", "1e30"], capsys)
