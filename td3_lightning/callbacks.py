@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 
 from td3_lightning.checkpointing import atomic_path
+from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.data import RANK_SEED_STRIDE, TRAIN_SEED_OFFSET, ReplayDataModule
 from td3_lightning.errors import UserInputError
 from td3_lightning.module import NonFiniteError
@@ -61,9 +62,11 @@ class EnvLoop(L.Callback):
         self._loaded: dict[str, Any] | None = None
         self._clock: tuple[float, int] | None = None
         self._transitions_from_step = False
+        self._trainer: L.Trainer | None = None
 
     # ------------------------------------------------------------- lifecycle
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._trainer = trainer
         dm = trainer.datamodule
         if not isinstance(dm, ReplayDataModule):
             raise UserInputError("EnvLoop needs a ReplayDataModule: call trainer.fit(model, datamodule=ReplayDataModule(...))")
@@ -208,7 +211,7 @@ class EnvLoop(L.Callback):
     # ------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict[str, Any]:
         in_progress = int(np.count_nonzero(self._lengths)) if self._obs is not None and self._lengths is not None else 0
-        return {
+        return pack_rank_states(self._trainer, {
             "env_steps": self.env_steps,
             "train_transitions": self.train_transitions,
             "episodes": self.episodes,
@@ -216,12 +219,13 @@ class EnvLoop(L.Callback):
             "base_seed": self.base_seed,
             "episodes_in_progress": in_progress,
             "rng": self._gen.get_state() if self._gen is not None else None,
-        }
+        })  # under DDP: every rank's counters and random stream
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._loaded = dict(state_dict)
 
     def _restore(self, state: dict[str, Any], trainer: L.Trainer) -> None:
+        state = unpack_rank_state(trainer, state, "env loop state")
         self.env_steps = int(state["env_steps"])
         self.episodes = int(state["episodes"])
         self.base_seed = state["base_seed"]
@@ -325,6 +329,7 @@ class TestReport(L.Callback):
     ``test/*`` metric) into the run folder, for scripts."""
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        log_dir = trainer.log_dir  # a collective under DDP: every rank asks
         if trainer.global_rank != 0:
             return
         m = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
@@ -335,8 +340,8 @@ class TestReport(L.Callback):
             f"(min {m['test/return_min']:.1f}, max {m['test/return_max']:.1f}), "
             f"{m['test/seconds_per_episode']:.2f} s per episode"
         )
-        if trainer.log_dir is not None:
-            path = Path(trainer.log_dir) / "test_results.json"
+        if log_dir is not None:
+            path = Path(log_dir) / "test_results.json"
             with atomic_path(path) as tmp:
                 tmp.write_text(json.dumps(m, indent=2) + "\n")
             print(f"test results written to {path}")

@@ -337,12 +337,25 @@ def _bundled(path: str) -> str:
     return path
 
 
+DESCRIPTION = (
+    "TD3 reinforcement learning as a PyTorch Lightning trainer: fit, validate and test take a config "
+    "(e.g. --config car.yaml) and any override. `python -m td3_lightning export --help` exports a checkpoint's "
+    "policy (slim checkpoint, TorchScript or ONNX)."
+)
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``python -m td3_lightning`` and the ``td3-lightning`` script."""
     # the resolved arguments are passed explicitly; they are sys.argv's, not a second set
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["export"]:  # not a Trainer entry point: its own small parser
+        from td3_lightning.export import main as export_main
+
+        export_main(argv[1:])
+        return
     try:
-        argv = resolve_config_args(sys.argv[1:] if args is None else args)
+        argv = resolve_config_args(argv)
         TD3CLI(
             TD3,
             ReplayDataModule,
@@ -351,7 +364,7 @@ def main(args: list[str] | None = None) -> None:
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
             # parse errors are raised, and printed as one line below, instead of a usage dump
-            parser_kwargs={"prog": "python -m td3_lightning", "exit_on_error": False},
+            parser_kwargs={"prog": "python -m td3_lightning", "exit_on_error": False, "description": DESCRIPTION},
         )
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -23,6 +23,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from td3_lightning.checkpointing import atomic_path
+from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.envs import EnvSpec, check_spaces, make_env
 from td3_lightning.errors import UserInputError
 from td3_lightning.replay import ReplayBuffer
@@ -108,10 +109,13 @@ def write_video(path: Path, frames: list[np.ndarray], fps: float) -> Path:
         if path.suffix == ".gif":
             imageio.mimsave(tmp, frames, duration=1000 / fps, loop=0)
         else:
-            with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=8) as writer:
+            with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=2) as writer:
                 for frame in frames:
                     writer.append_data(frame)
     return path
+
+
+VideoSink = Callable[[int, int, list[np.ndarray], float, dict[str, float]], None]
 
 
 class EpisodeStream(IterableDataset):
@@ -121,9 +125,11 @@ class EpisodeStream(IterableDataset):
         env_fn: the env to play.
         policy: observation -> action.
         seeds: env seed of each episode.
-        record: how many of the first episodes to record (played on ``video_env_fn()``).
+        record: how many of the first episodes to record (played on ``video_env_fn()``), or a
+            function called at the start of each pass that returns it.
         video_env_fn: the same env with ``render_mode="rgb_array"``.
-        video_path: file name of the recording of an episode with a given seed.
+        on_video: called with ``(episode index, seed, frames, fps, stats)`` for each
+            recorded episode.
     """
 
     def __init__(
@@ -131,28 +137,56 @@ class EpisodeStream(IterableDataset):
         env_fn: Callable[[], gym.Env],
         policy: Policy,
         seeds: list[int],
-        record: int = 0,
+        record: int | Callable[[], int] = 0,
         video_env_fn: Callable[[], gym.Env] | None = None,
-        video_path: Callable[[int], Path] | None = None,
+        on_video: VideoSink | None = None,
     ) -> None:
         self.env_fn, self.policy, self.seeds = env_fn, policy, seeds
-        self.record, self.video_env_fn, self.video_path = record, video_env_fn, video_path
+        self.record, self.video_env_fn, self.on_video = record, video_env_fn, on_video
 
     def __len__(self) -> int:
         return len(self.seeds)
 
     def __iter__(self) -> Iterator[dict[str, Tensor]]:
         env = self.env_fn()
+        record = self.record() if callable(self.record) else self.record
         for i, seed in enumerate(self.seeds):
-            if i < self.record and self.video_env_fn is not None and self.video_path is not None:
+            if i < record and self.video_env_fn is not None and self.on_video is not None:
                 video_env = self.video_env_fn()
                 frames: list[np.ndarray] = []
                 stats = run_episode(video_env, self.policy, seed, frames)
-                path = write_video(self.video_path(seed), frames, video_fps(video_env))
-                rank_zero_info(f"video of episode seed {seed} (return {stats['return']:.1f}): {path}")
+                self.on_video(i, seed, frames, video_fps(video_env), stats)
+                video_env.close()
             else:
                 stats = run_episode(env, self.policy, seed)
             yield {k: torch.tensor(v, dtype=torch.float64) for k, v in {**stats, "seed": seed}.items()}
+
+
+def log_tensorboard_video(trainer: L.Trainer, tag: str, frames: list[np.ndarray], fps: float,
+                          max_width: int = 160) -> bool:
+    """Add ``frames`` to every TensorBoard logger of ``trainer`` as an animated GIF (shown in
+    TensorBoard's Images tab), downscaled to at most ``max_width`` pixels wide.  Returns whether
+    a TensorBoard logger took it."""
+    import io
+
+    import imageio.v2 as imageio
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    writers = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+    if not writers or not frames:
+        return False
+    stride = max(1, -(-frames[0].shape[1] // max_width))  # ceil(width / max_width)
+    small = [np.ascontiguousarray(f[::stride, ::stride, :3]) for f in frames]
+    buf = io.BytesIO()
+    imageio.mimsave(buf, small, format="gif", duration=1000 / fps, loop=0)
+    height, width = small[0].shape[:2]
+    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=buf.getvalue())
+    summary = Summary(value=[Summary.Value(tag=tag, image=image)])
+    for writer in writers:
+        writer._get_file_writer().add_summary(summary, trainer.global_step)
+        writer.flush()
+    return True
 
 
 class ReplayDataModule(L.LightningDataModule):
@@ -180,6 +214,10 @@ class ReplayDataModule(L.LightningDataModule):
             ``<run folder>/videos/`` (the env's normal view, e.g. CarRacing from above).
         record_val: record the first ``record_val`` episodes of every validation run.
         video_format: ``mp4`` or ``gif``.
+        tensorboard_video_every: every this many validation runs (the 1st, the 1st + N, ... of a
+            ``fit``), the first validation episode is also sent to TensorBoard as an animated GIF
+            (Images tab, tag ``val/video``, 160 pixels wide); 0 turns it off.  Only with a
+            TensorBoard logger (Lightning's default).  It costs one rendered episode.
         num_envs: training envs stepped together as one gymnasium vector env.
         utd_ratio: updates per collected transition (update-to-data ratio). The env loop keeps
             the transitions collected after the warm-up at ``training steps / utd_ratio``: with
@@ -209,6 +247,7 @@ class ReplayDataModule(L.LightningDataModule):
         record_test: int = 0,
         record_val: int = 0,
         video_format: str = "mp4",
+        tensorboard_video_every: int = 5,
         num_envs: int = 1,
         utd_ratio: float = 1.0,
         vector_mode: str = "async",
@@ -226,6 +265,8 @@ class ReplayDataModule(L.LightningDataModule):
         ]:
             if value < least:
                 raise UserInputError(f"data.{name} must be at least {least}, got {value}")
+        if tensorboard_video_every < 0:
+            raise UserInputError(f"data.tensorboard_video_every must be >= 0 (0 = off), got {tensorboard_video_every}")
         if not utd_ratio > 0:
             raise UserInputError(f"data.utd_ratio must be > 0, got {utd_ratio}")
         if vector_mode not in ("async", "sync"):
@@ -245,6 +286,8 @@ class ReplayDataModule(L.LightningDataModule):
         self.buffer_device = buffer_device
         self.save_replay = save_replay
         self.record_test, self.record_val, self.video_format = record_test, record_val, video_format
+        self.tensorboard_video_every = tensorboard_video_every
+        self._val_runs = 0  # validation runs of this process, the sanity check excluded
         self.num_envs, self.utd_ratio, self.vector_mode = num_envs, utd_ratio, vector_mode
 
         probe = make_env(env_id, self.env_kwargs)  # fails early on a bad id, kwargs or spaces
@@ -351,21 +394,54 @@ class ReplayDataModule(L.LightningDataModule):
         if self.eval_env is None:
             self.eval_env = self.make_eval_env()
         env = self.eval_env
-        video_dir = Path(self.trainer.log_dir or ".") / "videos" if record > 0 else Path(".")
+        trainer = self.trainer
+        video_dir = Path(trainer.log_dir or ".") / "videos"
+        tensorboard = False
 
-        def video_path(seed: int) -> Path:
-            step = getattr(self.trainer.lightning_module, "num_critic_updates", self.trainer.global_step)
-            return video_dir / f"{stage}-step{step}-seed{seed}.{self.video_format}"
+        def plan() -> int:  # at the start of each pass: how many episodes to render
+            nonlocal tensorboard
+            tensorboard = stage == "val" and self._val_run_logs_video()
+            return max(record, 1 if tensorboard else 0)
 
+        def on_video(index: int, seed: int, frames: list[np.ndarray], fps: float, stats: dict[str, float]) -> None:
+            if index < record:
+                step = getattr(trainer.lightning_module, "num_critic_updates", trainer.global_step)
+                path = write_video(video_dir / f"{stage}-step{step}-seed{seed}.{self.video_format}", frames, fps)
+                rank_zero_info(f"video of episode seed {seed} (return {stats['return']:.1f}): {path}")
+            if tensorboard and index == 0:
+                log_tensorboard_video(trainer, f"{stage}/video", frames, fps)
+
+        # under DDP the episodes are split over the ranks; the metrics gather them
+        world, rank = trainer.world_size, trainer.global_rank
+        if n < world:
+            raise UserInputError(
+                f"data.{stage if stage == 'test' else 'eval'}_episodes ({n}) must be at least the number of processes "
+                f"({world}): each process plays its share of the episodes"
+            )
         stream = EpisodeStream(
             lambda: env,
             self.policy(),
-            [first_seed + i for i in range(n)],
-            record=record,
+            [first_seed + i for i in range(rank, n, world)],
+            record=plan,
             video_env_fn=lambda: self.make_eval_env(render_mode="rgb_array"),
-            video_path=video_path,
+            on_video=on_video,
         )
         return DataLoader(stream, batch_size=None, num_workers=0)
+
+    def _val_run_logs_video(self) -> bool:
+        """Whether the validation run starting now sends its first episode to TensorBoard."""
+        trainer = self.trainer
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return False
+        every = self.tensorboard_video_every
+        logs = every > 0 and self._val_runs % every == 0 and trainer.is_global_zero
+        self._val_runs += 1
+        if logs and "rgb_array" not in (self.eval_env.metadata.get("render_modes") or []):
+            warnings.warn(f"{self.env_id} cannot render rgb_array frames: no TensorBoard videos "
+                          "(set data.tensorboard_video_every 0 to silence this)", stacklevel=2)
+            self.tensorboard_video_every = 0
+            return False
+        return logs
 
     def val_dataloader(self) -> DataLoader:
         return self._episodes("val", self.eval_seed, self.eval_episodes, self.record_val)
@@ -388,7 +464,7 @@ class ReplayDataModule(L.LightningDataModule):
             else [],
             "replay": self.buffer.state_dict() if (self.buffer is not None and self.save_replay) else None,
         }
-        return state
+        return pack_rank_states(self.trainer, state)  # under DDP: every rank's buffer
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if tuple(state.get("obs_shape", self.spec.obs_shape)) != tuple(self.spec.obs_shape):
@@ -398,6 +474,7 @@ class ReplayDataModule(L.LightningDataModule):
             )
         if self.buffer is None:  # validate / test: no replay needed
             return
+        state = unpack_rank_state(self.trainer, state, "replay buffer")
         if state.get("replay") is not None:
             self.buffer.load_state_dict(state["replay"])
         else:

@@ -1,12 +1,19 @@
 """Export a trained policy from a checkpoint.
 
-    python -m td3_lightning.export --ckpt_path last.ckpt --out policy.ckpt             # slim checkpoint
-    python -m td3_lightning.export --ckpt_path last.ckpt --out actor.pt --format torchscript
+    python -m td3_lightning export --ckpt_path last.ckpt --out policy.ckpt                 # slim checkpoint
+    python -m td3_lightning export --ckpt_path last.ckpt --out actor.pt --format torchscript
+    python -m td3_lightning export --ckpt_path last.ckpt --out actor.onnx --format onnx
+
+(``python -m td3_lightning.export ...`` is the same command.)
 
 ``slim`` keeps only what ``test``, ``validate`` and ``TD3.load_from_checkpoint`` need
 (network weights, hyperparameters, the td3_lightning section): no optimizer state, no
 replay buffer, no loop state. ``torchscript`` writes the actor alone, a self-contained
-``observation -> action`` function (``torch.jit.load(path)(obs)``).
+``observation -> action`` function (``torch.jit.load(path)(obs)``) that needs only torch.
+``onnx`` writes the same function as an ONNX graph with one input ``observation``
+(float32, shape ``[batch, *obs_shape]``, any batch size) and one output ``action``
+(``[batch, action_dim]``, already scaled to the env's action bounds); it needs the
+``onnx`` extra (``pip install "td3_lightning[onnx]"``) and runs in onnxruntime.
 """
 
 from __future__ import annotations
@@ -66,15 +73,38 @@ def export_torchscript(src: str | Path, out: str | Path) -> Path:
     return out
 
 
+def export_onnx(src: str | Path, out: str | Path) -> Path:
+    """Write the actor of ``src`` as an ONNX graph ``observation -> action`` (dynamic batch)."""
+    from td3_lightning.module import TD3
+
+    check_checkpoint(src)
+    try:
+        import onnx  # noqa: F401  (the exporter needs it; fail early with the fix)
+    except ImportError:
+        raise UserInputError('ONNX export needs the onnx package: pip install "td3_lightning[onnx]"') from None
+    model = TD3.load_from_checkpoint(src, map_location="cpu")
+    actor = model.actor.eval()
+    example = torch.zeros(2, *model.hparams.obs_shape)
+    out = Path(out)
+    with atomic_path(out) as tmp:
+        # the TorchScript-based exporter: a plain MLP needs nothing more, and it writes one self-contained file
+        torch.onnx.export(actor, (example,), str(tmp), input_names=["observation"], output_names=["action"],
+                          dynamic_axes={"observation": {0: "batch"}, "action": {0: "batch"}}, dynamo=False)
+    return out
+
+
+EXPORTERS = {"slim": slim_checkpoint, "torchscript": export_torchscript, "onnx": export_onnx}
+
+
 def main(args: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m td3_lightning.export", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m td3_lightning export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt_path", required=True, help="the checkpoint to export from")
     parser.add_argument("--out", required=True, help="the file to write")
-    parser.add_argument("--format", choices=["slim", "torchscript"], default="slim", help="what to write (default: slim)")
+    parser.add_argument("--format", choices=list(EXPORTERS), default="slim", help="what to write (default: slim)")
     ns = parser.parse_args(args)
     try:
-        out = (slim_checkpoint if ns.format == "slim" else export_torchscript)(ns.ckpt_path, ns.out)
+        out = EXPORTERS[ns.format](ns.ckpt_path, ns.out)
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

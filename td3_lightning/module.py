@@ -7,9 +7,11 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 from torchmetrics import CatMetric, MeanMetric
 
+from td3_lightning.distributed import average_gradients
 from td3_lightning.errors import UserInputError
 from td3_lightning.networks import Actor, CriticEnsemble
 
@@ -179,11 +181,14 @@ class TD3(L.LightningModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         critic_opt, actor_opt = self.optimizers()  # type: ignore[misc]
+        if getattr(self, "_ddp_wrapper", None) is not None:  # see on_train_start
+            self._ddp_wrapper.require_backward_grad_sync = False
         self._apply_lr_schedule(critic_opt, actor_opt)
         loss_q, q = self.critic_loss(batch)
         self._check_loss(0, loss_q)
         critic_opt.zero_grad(set_to_none=True)
         self.manual_backward(loss_q)
+        average_gradients(self.trainer, self.critic)  # no-op in a single process
         critic_opt.step()  # the one optimizer step per training step that global_step counts
         self.num_critic_updates += 1
 
@@ -193,6 +198,7 @@ class TD3(L.LightningModule):
             self._check_loss(1, loss_pi)
             actor_opt.zero_grad(set_to_none=True)
             self.manual_backward(loss_pi)
+            average_gradients(self.trainer, self.actor)
             self._uncounted_step(actor_opt)
             self.update_targets()
             self.num_actor_updates += 1
@@ -272,6 +278,15 @@ class TD3(L.LightningModule):
                 self._noise_gen.manual_seed(int(torch.randint(2**62, (1,)).item()))
         return torch.randn(like.shape, generator=self._noise_gen, device=like.device, dtype=torch.float32)
 
+    def on_train_start(self) -> None:
+        # Under DDP every rank samples its own replay, and each of the two losses of a training
+        # step has its own backward: DistributedDataParallel's reducer (one synchronised backward
+        # per forward, every parameter used) does not fit. training_step switches it off and
+        # average_gradients averages each optimizer's gradients before its step instead.
+        model = self.trainer.model
+        ddp = model if isinstance(model, torch.nn.parallel.DistributedDataParallel) else None
+        object.__setattr__(self, "_ddp_wrapper", ddp)  # a reference, not a submodule
+
     def on_fit_start(self) -> None:
         # draw the noise seed now, in a fixed order relative to the other seeded streams
         if self._noise_gen is None:
@@ -305,6 +320,33 @@ class TD3(L.LightningModule):
             s.zero_()
 
     # ------------------------------------------------------------------ evaluation
+    def setup(self, stage: str) -> None:
+        # Lightning writes the hyperparameters with a placeholder hp_metric of -1; the real
+        # one (the mean validation return) is written at the first validation instead.
+        self._hparams_written = False
+        for logger in self.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                logger._default_hp_metric = False
+
+    def on_validation_epoch_end(self) -> None:
+        """``hp_metric`` = mean validation return, so TensorBoard's HPARAMS tab compares runs by it."""
+        if self.trainer.sanity_checking or self.trainer.state.fn != "fit" or self.val_return.update_count == 0:
+            return
+        value = float(self.val_return.compute())
+        self.log("hp_metric", value, sync_dist=True)  # the same value on every rank (val_return is synced)
+        if getattr(self, "_hparams_written", True) or not self.trainer.is_global_zero:
+            return
+        self._hparams_written = True
+        from lightning.fabric.utilities.logger import _flatten_dict, _sanitize_params
+        from torch.utils.tensorboard.summary import hparams
+
+        for logger in self.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                params = _sanitize_params(_flatten_dict(dict(logger.hparams)))
+                writer = logger.experiment._get_file_writer()
+                for summary in hparams(params, {"hp_metric": value}):
+                    writer.add_summary(summary, self.global_step)
+
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """One batch is one finished deterministic episode (played by the eval data stream)."""
         self.val_return.update(batch["return"])

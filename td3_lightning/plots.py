@@ -49,8 +49,9 @@ class LearningCurve(L.Callback):
             self.val.append((trainer.global_step, float(value)))
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.filename and trainer.global_rank == 0 and trainer.log_dir is not None and (self.train or self.val):
-            path = draw_learning_curve(self.train, self.val, Path(trainer.log_dir) / self.filename, self.smooth)
+        log_dir = trainer.log_dir  # a collective under DDP: every rank asks
+        if self.filename and trainer.global_rank == 0 and log_dir is not None and (self.train or self.val):
+            path = draw_learning_curve(self.train, self.val, Path(log_dir) / self.filename, self.smooth)
             print(f"learning curve written to {path}")
 
     def state_dict(self) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def quiet_trainer(**kwargs) -> L.Trainer:
     return L.Trainer(**defaults)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cli_env() -> dict[str, str]:
     """Environment for running the CLI in a subprocess from any folder."""
     env = dict(os.environ)

@@ -238,6 +238,30 @@ def test_action_repeat_terminates_like_v3(v3_leaves_playfield, k):
     assert total == pytest.approx(sum(ref["rewards"]), abs=1e-9)
 
 
+def test_steer_throttle_actions_are_the_equivalent_carracing_actions():
+    rng = np.random.default_rng(3)
+    two = np.repeat(rng.uniform(-1, 1, size=(100, 2)).astype(np.float32), 5, axis=0)
+    two[:, 1] = np.where(two[:, 1] > -0.4, 0.2 + 0.3 * np.abs(two[:, 1]), two[:, 1])  # mostly gas, some brake
+    st = CarRacingState(action_mode="steer_throttle", action_repeat=2)
+    native = CarRacingState(action_repeat=2)
+    assert st.action_space.shape == (2,) and st.action_space.low.tolist() == [-1, -1]
+    assert st.observation_space == native.observation_space
+    obs_st, _ = st.reset(seed=4)
+    obs_native, _ = native.reset(seed=4)
+    assert np.array_equal(obs_st, obs_native)
+    braked = 0
+    for act in two:
+        three = np.array([act[0], max(act[1], 0.0), max(-act[1], 0.0)], dtype=np.float32)
+        braked += three[2] > 0
+        out_st, out_native = st.step(act), native.step(three)
+        assert np.array_equal(out_st[0], out_native[0]) and out_st[1:4] == out_native[1:4]
+        if out_st[2] or out_st[3]:
+            break
+    assert out_st[3] and native.frames == 1000 and braked > 50  # a whole episode, with braking in it
+    with pytest.raises(ValueError, match="action_mode must be one of 'carracing', 'steer_throttle'"):
+        CarRacingState(action_mode="pedals")
+
+
 # ------------------------------------------------------------------ tracks
 def test_fixed_track_seed_gives_the_same_track_whatever_the_reset_seed():
     env = CarRacingState(track_seed=123)

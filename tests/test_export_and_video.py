@@ -1,4 +1,4 @@
-"""Slim checkpoints, TorchScript export and episode videos."""
+"""Slim checkpoints, TorchScript and ONNX export, and episode videos."""
 
 from __future__ import annotations
 
@@ -47,6 +47,32 @@ def test_torchscript_actor_gives_the_module_actions(pendulum_ckpt, tmp_path):
     assert scripted(obs).abs().max() <= 2.0
 
 
+def test_onnx_actor_gives_the_module_actions_at_any_batch_size(pendulum_ckpt, tmp_path, capsys):
+    ort = pytest.importorskip("onnxruntime")
+    out = tmp_path / "actor.onnx"
+    main(["export", "--ckpt_path", str(pendulum_ckpt), "--out", str(out), "--format", "onnx"])
+    assert f"wrote {out}" in capsys.readouterr().out
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["observation"]
+    assert [o.name for o in session.get_outputs()] == ["action"]
+    actor = TD3.load_from_checkpoint(pendulum_ckpt).actor
+    for batch in (1, 7, 64):
+        obs = torch.randn(batch, 3) * 3
+        (action,) = session.run(None, {"observation": obs.numpy()})
+        assert action.shape == (batch, 1)
+        assert torch.allclose(torch.from_numpy(action), actor(obs).detach(), atol=1e-5)
+    assert not list(tmp_path.glob(".*")), "no temporary file left behind"
+
+
+def test_export_of_a_missing_checkpoint_is_one_line_and_writes_nothing(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--ckpt_path", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "a.onnx"), "--format", "onnx"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: checkpoint file not found") and "\n" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_test_records_episode_videos(pendulum_ckpt, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     main(["test", "--config", "pendulum.yaml", "--data.test_episodes", "2", "--data.record_test", "1",
@@ -58,3 +84,26 @@ def test_test_records_episode_videos(pendulum_ckpt, tmp_path, monkeypatch, capsy
     assert frames == 201  # the first observation + 200 steps
     assert reader.get_data(0).shape[2] == 3
     assert "test: 2 episodes" in capsys.readouterr().out
+
+
+def test_tensorboard_gets_eval_videos_every_n_validations_and_the_val_return_as_hp_metric(tmp_path):
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    L.seed_everything(0)
+    dm = ReplayDataModule("Pendulum-v1", warmup_steps=50, batch_size=16, buffer_size=500, eval_episodes=1,
+                          tensorboard_video_every=2)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8, 8])
+    logger = TensorBoardLogger(tmp_path, name="tb")
+    quiet_trainer(max_steps=60, logger=logger, val_check_interval=20).fit(model, dm)
+
+    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0, "scalars": 0})
+    events.Reload()
+    videos = events.Images("val/video")
+    assert [v.step for v in videos] == [20, 60]  # validation runs 1 and 3 of 3
+    gif = imageio.mimread(videos[0].encoded_image_string, format="gif")
+    assert len(gif) == 201 and gif[0].shape[1] == videos[0].width <= 160  # first observation + 200 steps
+    val = [e.value for e in events.Scalars("val/return")]
+    assert len(val) == 3
+    assert [e.value for e in events.Scalars("hp_metric")] == val  # no -1 placeholder
+    assert "_hparams_/experiment" in events.PluginTagToContent("hparams")

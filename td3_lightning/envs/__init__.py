@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,9 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
     kwargs = dict(env_kwargs or {})
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
+    if kwargs.get("render_mode") == "rgb_array":
+        # off-screen drawing: pygame needs no display (and stops printing display errors without one)
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         return gym.make(env_id, **kwargs)
     except gym.error.Error as err:  # NameNotFound, VersionNotFound, NamespaceNotFound, ...

@@ -151,12 +151,19 @@ _AHEAD_INV_SCALE = 1.0 / (_AHEAD_OFFSETS * TRACK_DETAIL_STEP + TRACK_WIDTH)
 _RELOCATE_DIST2 = (2.0 * TRACK_WIDTH) ** 2
 
 
+ACTION_MODES = ("carracing", "steer_throttle")
+
+
 class CarRacingState(CarRacing):
     """CarRacing (continuous actions) observed through a float32 feature vector.
 
-    Actions are CarRacing's: ``[steer in -1..1 (+1 = right), gas in 0..1,
-    brake in 0..1]``, applied exactly as CarRacing-v3 applies them (no extra
-    clipping).  Observations: see the module docstring (``FEATURE_NAMES``,
+    Actions (``action_mode="carracing"``, the default) are CarRacing's:
+    ``[steer in -1..1 (+1 = right), gas in 0..1, brake in 0..1]``, applied
+    exactly as CarRacing-v3 applies them (no extra clipping).  With
+    ``action_mode="steer_throttle"`` they are ``[steer, throttle]`` in
+    ``[-1, 1]^2``; ``throttle > 0`` is gas, ``throttle < 0`` is brake
+    (``gas = max(throttle, 0)``, ``brake = max(-throttle, 0)``), and the env
+    applies the equivalent CarRacing action.  Observations: see the module docstring (``FEATURE_NAMES``,
     ``FEATURE_LOW``, ``FEATURE_HIGH``).
 
     The time limit is enforced by the env itself, in physics frames, so the
@@ -196,6 +203,13 @@ class CarRacingState(CarRacing):
             the track, as in CarRacing).
         max_episode_frames: physics-frame time limit (default 1000 as
             CarRacing-v3's registration); None disables truncation.
+        action_mode: ``"carracing"`` (default): CarRacing's 3 actions.
+            ``"steer_throttle"``: 2 actions, gas and brake on one axis (see
+            above).  A policy then coasts at a zero output instead of braking
+            at half force (the midpoint of CarRacing's brake range), and it
+            releases the brake without saturating its tanh.  The reward and
+            the rules do not change: any steer_throttle action is a CarRacing
+            action, so scores stay standard CarRacing scores.
         verbose: CarRacing's verbose flag (prints track generation details).
     """
 
@@ -212,8 +226,11 @@ class CarRacingState(CarRacing):
         lap_complete_percent: float = 0.95,
         domain_randomize: bool = False,
         max_episode_frames: int | None = CAR_RACING_MAX_FRAMES,
+        action_mode: str = "carracing",
         verbose: bool = False,
     ):
+        if action_mode not in ACTION_MODES:
+            raise ValueError(f"action_mode must be one of {', '.join(map(repr, ACTION_MODES))}, got {action_mode!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None, 'rgb_array' or 'human', got {render_mode!r}")
         if int(action_repeat) != action_repeat or action_repeat < 1:
@@ -245,6 +262,7 @@ class CarRacingState(CarRacing):
             lap_complete_percent=lap_complete_percent,
             domain_randomize=domain_randomize,
             max_episode_frames=max_episode_frames,
+            action_mode=action_mode,
             verbose=verbose,
         )
         self.track_seed = None if track_seed is None else int(track_seed)
@@ -253,6 +271,9 @@ class CarRacingState(CarRacing):
         self.off_road_penalty = float(off_road_penalty)
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
         self.observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
+        self.action_mode = action_mode
+        if action_mode == "steer_throttle":
+            self.action_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
         self.frames = 0
         self.off_road_frames = 0
         self._near = 0
@@ -330,7 +351,11 @@ class CarRacingState(CarRacing):
     def step(self, action):
         assert self.car is not None, "call reset() before step()"
         act = np.asarray(action, dtype=np.float64)  # CarRacing casts the action to float64 too
-        steer, gas, brake = -float(act[0]), float(act[1]), float(act[2])
+        if self.action_mode == "steer_throttle":
+            throttle = float(act[1])
+            steer, gas, brake = -float(act[0]), max(throttle, 0.0), max(-throttle, 0.0)
+        else:
+            steer, gas, brake = -float(act[0]), float(act[1]), float(act[2])
         car = self.car
         world = self.world
         n_frames = self.action_repeat

@@ -1,0 +1,64 @@
+"""Per-process state under data parallelism (DDP).
+
+Every process (rank) has its own environments and its own replay buffer; the networks are
+the same on all ranks (their gradients are averaged).  A checkpoint therefore holds the
+networks once and the per-rank parts (replay, env-loop counters, random streams) once per
+rank: rank 0's at the top level, as in a single-process checkpoint, and the others' in
+``other_ranks``.  A run resumes them with the same number of processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+
+from td3_lightning.errors import UserInputError
+
+
+def is_distributed(trainer: L.Trainer | None) -> bool:
+    return trainer is not None and trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
+
+
+def pack_rank_states(trainer: L.Trainer | None, state: dict[str, Any]) -> dict[str, Any]:
+    """Collective (every rank calls it): rank 0 gets its own ``state`` with the other ranks'
+    under ``other_ranks``; the other ranks get their own (only rank 0 writes checkpoints)."""
+    if not is_distributed(trainer):
+        return state
+    assert trainer is not None
+    gathered: list[Any] | None = [None] * trainer.world_size if trainer.global_rank == 0 else None
+    dist.gather_object(state, gathered, dst=0)
+    if gathered is None:
+        return state
+    return {**gathered[0], "world_size": trainer.world_size, "other_ranks": gathered[1:]}
+
+
+def unpack_rank_state(trainer: L.Trainer | None, state: dict[str, Any], what: str) -> dict[str, Any]:
+    """This rank's part of a state written by :func:`pack_rank_states`."""
+    saved = int(state.get("world_size", 1))
+    world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+    if saved != world:
+        raise UserInputError(
+            f"the checkpoint's {what} was saved by {saved} process(es), this run has {world}: resume with the same "
+            "number of processes (trainer.devices x trainer.num_nodes)"
+        )
+    if rank == 0:
+        return {k: v for k, v in state.items() if k not in ("world_size", "other_ranks")}
+    return state["other_ranks"][rank - 1]
+
+
+def average_gradients(trainer: L.Trainer, module: torch.nn.Module) -> None:
+    """Average the gradients of ``module`` over all ranks (one all-reduce of a flat buffer)."""
+    if not is_distributed(trainer):
+        return
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    flat = trainer.strategy.reduce(flat, reduce_op="mean")
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
