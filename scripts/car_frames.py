@@ -26,7 +26,9 @@ def main() -> None:
     args = parser.parse_args()
 
     model = TD3.load_from_checkpoint(args.ckpt_path, map_location="cpu").eval()
-    env = make_env("CarRacingState-v0", {"action_repeat": 2}, render_mode="rgb_array")
+    # a 2-action policy drives with action_mode steer_throttle, a 3-action one with CarRacing's actions
+    mode = "steer_throttle" if len(model.hparams.action_low) == 2 else "carracing"
+    env = make_env("CarRacingState-v0", {"action_repeat": 2, "action_mode": mode}, render_mode="rgb_array")
 
     def policy(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():

@@ -210,7 +210,9 @@ class EnvLoop(L.Callback):
 
     # ------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict[str, Any]:
-        in_progress = int(np.count_nonzero(self._lengths)) if self._obs is not None and self._lengths is not None else 0
+        in_progress = 0  # episodes started and not finished (a finished one waits for its reset)
+        if self._obs is not None and self._lengths is not None and self._needs_reset is not None:
+            in_progress = int(np.count_nonzero((self._lengths > 0) & ~self._needs_reset))
         return pack_rank_states(self._trainer, {
             "env_steps": self.env_steps,
             "train_transitions": self.train_transitions,

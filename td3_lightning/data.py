@@ -26,7 +26,7 @@ from td3_lightning.checkpointing import atomic_path
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.envs import EnvSpec, check_spaces, make_env
 from td3_lightning.errors import UserInputError
-from td3_lightning.replay import ReplayBuffer
+from td3_lightning.replay import FrameStackReplay, ReplayBuffer
 
 Policy = Callable[[np.ndarray], np.ndarray]
 
@@ -227,6 +227,10 @@ class ReplayDataModule(L.LightningDataModule):
             ``train/env_steps`` counts transitions.
         vector_mode: ``async`` (each env in its own process, the default when ``num_envs`` > 1)
             or ``sync`` (all in this process; always used for one env).
+        frame_stack: image observations only: frames per stacked observation, for the replay
+            buffer that stores each frame once (``FrameStackReplay``). None (default): the env's
+            ``frame_stack`` attribute (``CarRacingPixels-v0`` has one), 1 when it has none;
+            1: store whole observations.
         num_workers: must be 0: the buffer lives in the main process; batches are sampled there.
     """
 
@@ -251,6 +255,7 @@ class ReplayDataModule(L.LightningDataModule):
         num_envs: int = 1,
         utd_ratio: float = 1.0,
         vector_mode: str = "async",
+        frame_stack: int | None = None,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -289,12 +294,20 @@ class ReplayDataModule(L.LightningDataModule):
         self.tensorboard_video_every = tensorboard_video_every
         self._val_runs = 0  # validation runs of this process, the sanity check excluded
         self.num_envs, self.utd_ratio, self.vector_mode = num_envs, utd_ratio, vector_mode
+        self.frame_stack = frame_stack
 
         probe = make_env(env_id, self.env_kwargs)  # fails early on a bad id, kwargs or spaces
         try:
             self.spec: EnvSpec = check_spaces(probe, env_id)
         finally:
             probe.close()
+        if frame_stack is not None and (
+            frame_stack < 1 or (len(self.spec.obs_shape) == 3 and self.spec.obs_shape[0] % frame_stack)
+        ):
+            raise UserInputError(
+                f"data.frame_stack {frame_stack} does not divide {env_id}'s {self.spec.obs_shape[0]} image channels; "
+                "leave it unset (the env's own frame_stack) or set 1 to store whole observations"
+            )
         if self.train_env_kwargs != self.env_kwargs:
             make_env(env_id, self.train_env_kwargs).close()
 
@@ -339,12 +352,19 @@ class ReplayDataModule(L.LightningDataModule):
         if stage == "fit" and self.train_env is None:
             self.train_env = self.make_train_env()
             device = self._device() if self.buffer_device == "auto" else torch.device(self.buffer_device)
-            self.buffer = ReplayBuffer(
-                self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), self.spec.obs_dtype, device
-            )
+            self.buffer = self._make_buffer(device)
             self._sample_gen = torch.Generator(device=device)
             rank = self.trainer.global_rank if self.trainer is not None else 0
             self._sample_gen.manual_seed(int(torch.randint(2**62, (1,)).item()) + rank)
+
+    def _make_buffer(self, device: torch.device) -> ReplayBuffer | FrameStackReplay:
+        """Image observations of stacked frames share their frames; anything else is stored whole."""
+        stack = self.spec.frame_stack if self.frame_stack is None else self.frame_stack
+        if len(self.spec.obs_shape) == 3 and stack > 1:
+            return FrameStackReplay(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), stack, device,
+                                    num_streams=self.num_envs)
+        return ReplayBuffer(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), self.spec.obs_dtype,
+                            device)
 
     def _device(self) -> torch.device:
         trainer = self.trainer

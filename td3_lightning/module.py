@@ -13,7 +13,7 @@ from torchmetrics import CatMetric, MeanMetric
 
 from td3_lightning.distributed import average_gradients
 from td3_lightning.errors import UserInputError
-from td3_lightning.networks import Actor, CriticEnsemble
+from td3_lightning.networks import Actor, CriticEnsemble, PixelEncoder
 
 CHECKPOINT_KEY = "td3_lightning"
 FORMAT_VERSION = 1
@@ -65,6 +65,11 @@ class TD3(L.LightningModule):
         lr_final_factor: the learning rates decay linearly to ``lr * lr_final_factor`` over
             ``schedule_steps`` training steps (1 = constant).
         schedule_steps: length of both schedules in training steps (default: ``trainer.max_steps``).
+        encoder: ``auto`` (a CNN for image observations ``(C, H, W)``, none for vectors),
+            ``cnn`` or ``none``.
+        encoder_features: length of the CNN encoder's feature vector.
+        shared_encoder: with a CNN, the actor uses the critics' encoder (trained by the critic
+            loss only; the actor's gradient does not reach it) instead of its own.
     """
 
     def __init__(
@@ -85,6 +90,9 @@ class TD3(L.LightningModule):
         exploration_noise_final: float | None = None,
         lr_final_factor: float = 1.0,
         schedule_steps: int | None = None,
+        encoder: str = "auto",
+        encoder_features: int = 50,
+        shared_encoder: bool = True,
     ) -> None:
         super().__init__()
         _check_hparams(
@@ -92,14 +100,21 @@ class TD3(L.LightningModule):
             num_critics=num_critics, gamma=gamma, tau=tau, policy_noise=policy_noise, noise_clip=noise_clip,
             policy_freq=policy_freq, exploration_noise=exploration_noise, actor_lr=actor_lr, critic_lr=critic_lr,
             exploration_noise_final=exploration_noise_final, lr_final_factor=lr_final_factor,
-            schedule_steps=schedule_steps,
+            schedule_steps=schedule_steps, encoder=encoder, encoder_features=encoder_features,
         )
         self.save_hyperparameters()
         self.automatic_optimization = False
 
         obs_dim, action_dim = int(obs_shape[0]), len(action_low)
-        self.actor = Actor(obs_dim, action_low, action_high, hidden_dims)
-        self.critic = CriticEnsemble(obs_dim, action_dim, hidden_dims, num_critics)
+        cnn = encoder == "cnn" or (encoder == "auto" and len(obs_shape) == 3)
+        critic_encoder = PixelEncoder(obs_shape, encoder_features) if cnn else None
+        if cnn and shared_encoder:
+            actor_encoder = critic_encoder
+        else:
+            actor_encoder = PixelEncoder(obs_shape, encoder_features) if cnn else None
+        self.actor = Actor(obs_dim, action_low, action_high, hidden_dims, actor_encoder,
+                           detach_encoder=cnn and shared_encoder)
+        self.critic = CriticEnsemble(obs_dim, action_dim, hidden_dims, num_critics, critic_encoder)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False).eval()
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False).eval()
 
@@ -381,9 +396,16 @@ class TD3(L.LightningModule):
     # ------------------------------------------------------------------ optimizers and state
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         # order matters: the first (critic) optimizer's steps are the ones global_step counts
-        critic_opt = torch.optim.Adam(self.critic.parameters(), lr=self.hparams.critic_lr)
-        actor_opt = torch.optim.Adam(self.actor.parameters(), lr=self.hparams.actor_lr)
+        # fused Adam (one kernel over all parameters) on CPU and CUDA, the multi-tensor one elsewhere
+        impl = {"fused": True} if self.device.type in ("cpu", "cuda") else {"foreach": True}
+        critic_opt = torch.optim.Adam(self.critic.parameters(), lr=self.hparams.critic_lr, **impl)
+        actor_opt = torch.optim.Adam(self._actor_own_parameters(), lr=self.hparams.actor_lr, **impl)
         return [critic_opt, actor_opt]
+
+    def _actor_own_parameters(self) -> list[torch.nn.Parameter]:
+        """The actor's parameters without an encoder it shares with the critics (theirs to train)."""
+        shared = {id(p) for p in self.critic.parameters()}
+        return [p for p in self.actor.parameters() if id(p) not in shared]
 
     def train(self, mode: bool = True) -> TD3:
         super().train(mode)
@@ -442,7 +464,16 @@ def _check_hparams(**hp: Any) -> None:
     """One clear line for every hyperparameter out of range."""
     low, high = hp["action_low"], hp["action_high"]
     rules = [
-        (len(hp["obs_shape"]) == 1, f"obs_shape {hp['obs_shape']} is not a vector; the MLP networks need 1-D observations"),
+        (hp["encoder"] in ("auto", "cnn", "none"), f"model.encoder must be auto, cnn or none, got {hp['encoder']!r}"),
+        (len(hp["obs_shape"]) == 1 or (len(hp["obs_shape"]) == 3 and hp["encoder"] != "none"),
+         f"observations of shape {tuple(hp['obs_shape'])} need model.encoder auto or cnn (images (C, H, W)); "
+         "the MLP networks alone take 1-D observations"),
+        (hp["encoder"] != "cnn" or len(hp["obs_shape"]) == 3,
+         f"model.encoder cnn needs image observations (C, H, W), got shape {tuple(hp['obs_shape'])}"),
+        (len(hp["obs_shape"]) != 3 or min(hp["obs_shape"][1:]) >= 36,
+         f"images of {hp['obs_shape'][1:]} pixels are too small for the CNN encoder: it needs at least 36x36 "
+         "(set the env's resize option higher)"),
+        (hp["encoder_features"] >= 1, f"model.encoder_features must be >= 1, got {hp['encoder_features']}"),
         (len(low) == len(high) and len(low) > 0, "action_low and action_high must have the same, non-zero length"),
         (all(lo < hi for lo, hi in zip(low, high)), f"every action_low must be < action_high, got {low} and {high}"),
         (len(hp["hidden_dims"]) > 0 and all(h > 0 for h in hp["hidden_dims"]), "model.hidden_dims must be positive sizes"),

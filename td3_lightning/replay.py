@@ -121,3 +121,228 @@ class ReplayBuffer:
                 )
             dst[:n] = src.to(self.device, dst.dtype)
         self.pos, self.size = int(state["pos"]), n
+
+
+class FrameStackReplay:
+    """Replay of frame-stacked image observations that stores every frame once.
+
+    An observation is ``frame_stack`` frames of ``c`` channels, stacked along the first
+    axis: ``(frame_stack * c, H, W)`` ``uint8``. Consecutive observations of an episode
+    share ``frame_stack - 1`` frames, and a transition's ``next_obs`` is the next
+    transition's ``obs``; stored naively, every frame would be kept ``2 * frame_stack``
+    times. Here the frames live once in a ring of ``frame_capacity`` frames and each
+    transition keeps the ids of its ``obs`` and ``next_obs`` frames, so a transition costs
+    about one frame.
+
+    Sharing is found by comparing contents, so it is exact for any env: ``obs`` reuses the
+    previous ``next_obs`` of the same row (env) when they are equal, ``next_obs`` reuses
+    ``obs``'s last ``frame_stack - 1`` frames when it is ``obs`` shifted by one frame, and
+    anything else (a reset, a different stacking) is written in full (repeated frames in
+    a stack, as after a reset, are written once). ``sample`` returns exactly the
+    observations that were added. Episode boundaries need no special care: a reset's
+    observation never matches the previous ``next_obs`` by construction of the stack, and
+    if it does, the frames are the same bytes anyway.
+
+    The transitions form a FIFO of at most ``capacity``; when the frame ring wraps, the
+    oldest transitions whose frames were overwritten are dropped first (with episodes of
+    more than 8 steps the default ring is large enough that this never happens before
+    ``capacity`` is reached).
+
+    Args:
+        capacity: maximum number of transitions.
+        obs_shape: ``(frame_stack * c, H, W)``.
+        action_dim: length of one action.
+        frame_stack: frames per observation.
+        device: where frames and indices live.
+        num_streams: envs adding rows side by side (rows of ``add_batch``).
+        frame_capacity: frames kept; default ``capacity + capacity // 8`` plus a small margin.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: Sequence[int],
+        action_dim: int,
+        frame_stack: int,
+        device: torch.device | str = "cpu",
+        num_streams: int = 1,
+        frame_capacity: int | None = None,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"buffer capacity must be at least 1, got {capacity}")
+        obs_shape = tuple(int(s) for s in obs_shape)
+        if len(obs_shape) != 3 or frame_stack < 1 or obs_shape[0] % frame_stack:
+            raise ValueError(f"observation shape {obs_shape} is not {frame_stack} stacked frames (k * c, H, W)")
+        self.capacity = int(capacity)
+        self.device = torch.device(device)
+        self.obs_shape = obs_shape
+        self.action_dim = int(action_dim)
+        self.k = int(frame_stack)
+        self.c = obs_shape[0] // self.k
+        self.frame_shape = (self.c, *obs_shape[1:])
+        self.num_streams = int(num_streams)
+        # transitions added since a transition's oldest frame was written: at most this many frames
+        self.margin = (self.k + 1) * self.k * self.num_streams
+        self.frame_capacity = int(frame_capacity or self.capacity + self.capacity // 8 + 2 * self.margin + self.k + 1)
+        if self.frame_capacity <= self.margin + 2 * (self.k + 1) * self.num_streams:
+            raise ValueError(f"frame_capacity {self.frame_capacity} is too small for {self.num_streams} env(s)")
+        self.frames = torch.zeros((self.frame_capacity, *self.frame_shape), dtype=torch.uint8, device=self.device)
+        self.obs_ids = torch.zeros((self.capacity, self.k), dtype=torch.long, device=self.device)
+        self.next_ids = torch.zeros_like(self.obs_ids)
+        self.action = torch.zeros((self.capacity, self.action_dim), dtype=torch.float32, device=self.device)
+        self.reward = torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
+        self.terminated = torch.zeros(self.capacity, dtype=torch.bool, device=self.device)
+        self._min_id = np.zeros(self.capacity, dtype=np.int64)  # oldest frame of each transition
+        self.pos = 0  # next transition slot
+        self.size = 0  # live transitions, the newest ``size`` slots before ``pos``
+        self.frames_written = 0  # global id of the next frame
+        self.added = 0  # transitions ever added
+        self._last_next: list[np.ndarray | None] = [None] * self.num_streams  # each row's previous next_obs
+        self._last_next_ids: list[list[int] | None] = [None] * self.num_streams
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def bytes_per_transition(self) -> float:
+        """Storage per transition at capacity: frames, frame ids, action, reward, flag."""
+        frame_bytes = self.frames[0].numel()
+        per_slot = 2 * self.k * 8 + 8 + 4 * self.action_dim + 4 + 1  # ids, min id, action, reward, flag
+        return self.frame_capacity * frame_bytes / self.capacity + per_slot
+
+    # ----------------------------------------------------------------- writing
+    def _write_frames(self, frames: list[np.ndarray]) -> list[int]:
+        ids = list(range(self.frames_written, self.frames_written + len(frames)))
+        slots = torch.tensor([i % self.frame_capacity for i in ids], device=self.device)
+        self.frames[slots] = torch.as_tensor(np.stack(frames), device=self.device)
+        self.frames_written += len(frames)
+        return ids
+
+    def _write_stack(self, obs: np.ndarray) -> list[int]:
+        """Write the frames of one stacked observation (a frame equal to the one before it is shared)."""
+        frames = obs.reshape(self.k, *self.frame_shape)
+        new: list[np.ndarray] = []
+        which: list[int] = []  # index into `new` of each of the k frames
+        for j in range(self.k):
+            if j > 0 and np.array_equal(frames[j], frames[j - 1]):
+                which.append(which[-1])
+            else:
+                new.append(frames[j])
+                which.append(len(new) - 1)
+        ids = self._write_frames(new)
+        return [ids[w] for w in which]
+
+    def _live(self, ids: list[int] | None) -> bool:
+        return ids is not None and min(ids) >= self.frames_written - self.frame_capacity + self.margin
+
+    def add(self, obs: Any, action: Any, reward: float, next_obs: Any, terminated: bool) -> None:
+        """Write one transition (row 0)."""
+        self.add_batch([obs], [action], [reward], [next_obs], [terminated])
+
+    def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
+        """Write ``n`` transitions; row ``i`` comes from env ``i`` (the sharing is tracked per row)."""
+        obs, next_obs = np.asarray(obs, dtype=np.uint8), np.asarray(next_obs, dtype=np.uint8)
+        n = len(obs)
+        if n > self.num_streams:
+            raise ValueError(f"{n} rows added to a frame replay made for {self.num_streams} env(s)")
+        c = self.c
+        for i in range(n):
+            o, no = obs[i], next_obs[i]
+            last = self._last_next[i]
+            if last is not None and self._live(self._last_next_ids[i]) and np.array_equal(o, last):
+                oid = list(self._last_next_ids[i])  # type: ignore[arg-type]
+            else:
+                oid = self._write_stack(o)
+            if self.k > 1 and np.array_equal(no[:-c], o[c:]):
+                nid = oid[1:] + self._write_frames([no[-c:]])
+            else:
+                nid = self._write_stack(no)
+            slot = self.pos
+            self.obs_ids[slot] = torch.tensor(oid, device=self.device)
+            self.next_ids[slot] = torch.tensor(nid, device=self.device)
+            self._min_id[slot] = min(oid)
+            self.pos = (self.pos + 1) % self.capacity
+            self.size = min(self.size + 1, self.capacity)
+            self.added += 1
+            self._last_next[i], self._last_next_ids[i] = no.copy(), nid
+        idx = (torch.arange(n) + self.pos - n) % self.capacity
+        idx = idx.to(self.device)
+        self.action[idx] = torch.as_tensor(np.asarray(action), device=self.device, dtype=torch.float32)
+        self.reward[idx] = torch.as_tensor(np.asarray(reward), device=self.device, dtype=torch.float32)
+        self.terminated[idx] = torch.as_tensor(np.asarray(terminated), device=self.device, dtype=torch.bool)
+        # drop the oldest transitions whose frames the ring has overwritten (or is about to)
+        oldest_allowed = self.frames_written - self.frame_capacity + self.margin
+        while self.size > 0 and self._min_id[(self.pos - self.size) % self.capacity] < oldest_allowed:
+            self.size -= 1
+
+    # ----------------------------------------------------------------- reading
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        """``batch_size`` transitions drawn uniformly with replacement from the live ones."""
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        device = generator.device if generator is not None else None
+        r = torch.randint(self.size, (batch_size,), generator=generator, device=device).to(self.device)
+        return self.gather((r + (self.pos - self.size)) % self.capacity)
+
+    def _stack(self, ids: Tensor) -> Tensor:
+        frames = self.frames[ids % self.frame_capacity]  # (B, k, c, H, W)
+        return frames.reshape(ids.shape[0], *self.obs_shape)
+
+    def gather(self, idx: Tensor) -> dict[str, Tensor]:
+        """The transitions in slots ``idx``, observations as stacked ``uint8`` frames."""
+        return {
+            "obs": self._stack(self.obs_ids[idx]),
+            "action": self.action[idx],
+            "reward": self.reward[idx],
+            "next_obs": self._stack(self.next_ids[idx]),
+            "terminated": self.terminated[idx],
+        }
+
+    # ----------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Frames and transitions written so far, the counters and each row's sharing state."""
+        slots = min(self.frames_written, self.frame_capacity)
+        filled = min(self.added, self.capacity)
+        return {
+            "kind": "frame_stack",
+            "capacity": self.capacity,
+            "frame_capacity": self.frame_capacity,
+            "pos": self.pos,
+            "size": self.size,
+            "added": self.added,
+            "frames_written": self.frames_written,
+            "frames": self.frames[:slots].to("cpu", copy=True),
+            "obs_ids": self.obs_ids[:filled].to("cpu", copy=True),
+            "next_ids": self.next_ids[:filled].to("cpu", copy=True),
+            "min_id": torch.from_numpy(self._min_id[:filled].copy()),
+            "action": self.action[:filled].to("cpu", copy=True),
+            "reward": self.reward[:filled].to("cpu", copy=True),
+            "terminated": self.terminated[:filled].to("cpu", copy=True),
+            "last_next": [None if x is None else torch.from_numpy(x.copy()) for x in self._last_next],
+            "last_next_ids": [None if x is None else list(x) for x in self._last_next_ids],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore contents saved by :meth:`state_dict` (capacities must match)."""
+        if state.get("kind") != "frame_stack":
+            raise ValueError("the checkpoint's replay buffer stores whole observations, not shared frames: "
+                             "resume with the data.frame_stack the checkpoint was trained with")
+        for key in ("capacity", "frame_capacity"):
+            if int(state[key]) != getattr(self, key):
+                raise ValueError(f"replay buffer {key} mismatch: checkpoint has {state[key]}, this run has "
+                                 f"{getattr(self, key)}; set data.buffer_size to {state['capacity']} and the same "
+                                 "data.num_envs")
+        if tuple(state["frames"].shape[1:]) != self.frame_shape:
+            raise ValueError(f"replay frames have shape {tuple(state['frames'].shape[1:])} in the checkpoint but "
+                             f"{self.frame_shape} in this run: the checkpoint belongs to another environment")
+        slots = state["frames"].shape[0]
+        self.frames[:slots] = state["frames"].to(self.device)
+        filled = state["obs_ids"].shape[0]
+        for name in ("obs_ids", "next_ids", "action", "reward", "terminated"):
+            getattr(self, name)[:filled] = state[name].to(self.device)
+        self._min_id[:filled] = state["min_id"].numpy()
+        self.pos, self.size = int(state["pos"]), int(state["size"])
+        self.frames_written = int(state["frames_written"])
+        self.added = int(state["added"])
+        self._last_next = [None if x is None else x.numpy().copy() for x in state["last_next"]]
+        self._last_next_ids = [None if x is None else list(x) for x in state["last_next_ids"]]

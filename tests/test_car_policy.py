@@ -18,9 +18,10 @@ def test_shipped_checkpoint_is_small_and_rebuilds_without_an_env():
     assert SHIPPED.stat().st_size < 5_000_000
     model = TD3.load_from_checkpoint(SHIPPED, map_location="cpu")
     assert model.hparams.obs_shape == [43]
-    assert model.hparams.action_low == [-1.0, 0.0, 0.0] and model.hparams.action_high == [1.0, 1.0, 1.0]
+    # action_mode steer_throttle: [steer, throttle]
+    assert model.hparams.action_low == [-1.0, -1.0] and model.hparams.action_high == [1.0, 1.0]
     action = model.actor(torch.zeros(5, 43))
-    assert action.shape == (5, 3)
+    assert action.shape == (5, 2) and action.abs().max() <= 1.0
 
 
 def test_shipped_policy_drives_held_out_tracks(tmp_path, monkeypatch, capsys):
@@ -31,6 +32,6 @@ def test_shipped_policy_drives_held_out_tracks(tmp_path, monkeypatch, capsys):
     path = next(line.split("written to ")[1] for line in out.splitlines() if "test results written to" in line)
     results = json.loads(Path(path).read_text())
     assert results["test/episodes"] == 3.0
-    # an untrained policy scores below 0 on these tracks; the shipped driver about 900
-    assert results["test/return_min"] > 700.0, results
-    assert results["test/return"] > 850.0, results
+    # an untrained policy scores below 0 on these tracks; the shipped driver closes all three laps (928-939)
+    assert results["test/return_min"] > 900.0, results
+    assert results["test/return"] > 920.0, results

@@ -44,8 +44,9 @@ def ddp_runs(tmp_path_factory, cli_env):
     _run([*FIT, "--trainer.max_steps", "400", "--trainer.default_root_dir", "A", *_probe(root / "probe_a")], root, cli_env)
     _run([*FIT, "--trainer.max_steps", "200", "--trainer.default_root_dir", "B"], root, cli_env)
     last = root / "B" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
-    _run([*FIT, "--trainer.max_steps", "400", "--trainer.default_root_dir", "B", "--ckpt_path", str(last),
-          *_probe(root / "probe_b")], root, cli_env)
+    resumed = _run([*FIT, "--trainer.max_steps", "400", "--trainer.default_root_dir", "B", "--ckpt_path", str(last),
+                    *_probe(root / "probe_b")], root, cli_env)
+    (root / "resume_stderr.txt").write_text(resumed.stderr)
     return root
 
 
@@ -73,6 +74,8 @@ def test_checkpoint_holds_every_ranks_replay_and_resume_is_exact(ddp_runs):
         for field in ("obs", "action", "reward", "next_obs", "terminated"):
             assert torch.equal(replay_a[field], replay_b[field]), field
     assert _ranks(ddp_runs / "probe_a") == _ranks(ddp_runs / "probe_b")
+    # step 200 is an episode end on both ranks: nothing was abandoned
+    assert "resumed mid-episode" not in (ddp_runs / "resume_stderr.txt").read_text()
 
 
 def test_test_splits_episodes_over_ranks_and_gathers_them(ddp_runs, cli_env):

@@ -148,7 +148,11 @@ def test_targets_have_no_gradients_and_stay_in_eval_mode():
         ({"gamma": 1.5}, "gamma"),
         ({"tau": 0.0}, "tau"),
         ({"policy_freq": 0}, "policy_freq"),
-        ({"obs_shape": [8, 8, 3]}, "not a vector"),
+        ({"obs_shape": [8, 8]}, "the MLP networks alone take 1-D observations"),
+        ({"obs_shape": [3, 20, 20]}, "too small for the CNN encoder"),
+        ({"encoder": "cnn"}, "model.encoder cnn needs image observations"),
+        ({"obs_shape": [3, 40, 40], "encoder": "none"}, "need model.encoder auto or cnn"),
+        ({"encoder": "mlp"}, "model.encoder must be auto, cnn or none"),
         ({"action_low": [3.0, 0.0]}, "action_low"),
     ],
 )

@@ -22,10 +22,12 @@ def register_envs() -> None:
         return
     try:
         from td3_lightning.envs.car_racing import register_envs as _register_car
+        from td3_lightning.envs.car_racing_pixels import register_pixels_env
     except ImportError:  # pragma: no cover - the car module needs box2d
-        _register_car = None
-    if _register_car is not None:
+        pass
+    else:
         _register_car()
+        register_pixels_env()
     _registered = True
 
 
@@ -37,6 +39,7 @@ class EnvSpec:
     obs_dtype: np.dtype
     action_low: list[float]
     action_high: list[float]
+    frame_stack: int = 1  # frames per image observation (the env's ``frame_stack`` attribute)
 
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode: str | None = None) -> gym.Env:
@@ -85,9 +88,18 @@ def check_spaces(env: gym.Env, env_id: str, vector_obs: bool = True) -> EnvSpec:
         )
     if not isinstance(obs, gym.spaces.Box) or obs.shape is None:
         raise UserInputError(f"'{env_id}' has a {obs} observation space; TD3 here needs a Box observation space")
-    if vector_obs and len(obs.shape) != 1:
+    image = len(obs.shape) == 3 and obs.dtype == np.uint8
+    if vector_obs and len(obs.shape) != 1 and not image:
         raise UserInputError(
-            f"'{env_id}' has observations of shape {obs.shape}, not a vector; the MLP networks need a 1-D "
-            "observation: use a state-vector env (e.g. CarRacingState-v0) or flatten the observation"
+            f"'{env_id}' has {obs.dtype} observations of shape {obs.shape}: TD3 here takes 1-D observation vectors "
+            "(MLP) or uint8 images (C, H, W) (CNN encoder); use a state-vector env (e.g. CarRacingState-v0), "
+            "CarRacingPixels-v0, or flatten the observation"
         )
-    return EnvSpec(tuple(obs.shape), obs.dtype, low.tolist(), high.tolist())
+    if vector_obs and image and obs.shape[2] < obs.shape[0]:
+        raise UserInputError(
+            f"'{env_id}' has image observations of shape {obs.shape}, which look channels-last (H, W, C); the CNN "
+            "encoder takes channels first (C, H, W): wrap the env with gymnasium.wrappers.TransformObservation "
+            "(np.transpose to (2, 0, 1)) or use CarRacingPixels-v0"
+        )
+    frame_stack = int(getattr(env.unwrapped, "frame_stack", 1)) if image else 1
+    return EnvSpec(tuple(obs.shape), obs.dtype, low.tolist(), high.tolist(), frame_stack)

@@ -318,6 +318,7 @@ class CarRacingState(CarRacing):
         self.car.step(_DT)
         self.world.Step(_DT, 6 * 30, 2 * 30)
         self.t += _DT
+        self._reward_shown = self.reward  # the score CarRacing-v3's first frame displays
 
         self.frames = 0
         self.off_road_frames = 0
@@ -372,6 +373,7 @@ class CarRacingState(CarRacing):
             self.t += _DT
             self.frames += 1
             # CarRacing-v3's reward book-keeping, frame by frame
+            self._reward_shown = self.reward  # what CarRacing-v3's frame of this step displays
             self.reward -= 0.1
             car.fuel_spent = 0.0
             frame_reward = self.reward - self.prev_reward
@@ -516,17 +518,16 @@ class CarRacingState(CarRacing):
         return self._pts.copy()
 
 
-def register_envs() -> None:
-    """Register ``CarRacingState-v0`` with gymnasium (safe to call repeatedly).
+def register_car_env(env_id: str, entry_point: str) -> None:
+    """Register a CarRacing env with gymnasium (safe to call repeatedly).
 
     Registered without ``max_episode_steps``: the env truncates after 1000
     physics frames by itself (see :class:`CarRacingState`).
     """
-    if ENV_ID in gym.registry:
-        return
-    gym.register(
-        id=ENV_ID,
-        entry_point="td3_lightning.envs.car_racing:CarRacingState",
-        max_episode_steps=None,
-        reward_threshold=900,
-    )
+    if env_id not in gym.registry:
+        gym.register(id=env_id, entry_point=entry_point, max_episode_steps=None, reward_threshold=900)
+
+
+def register_envs() -> None:
+    """Register ``CarRacingState-v0`` with gymnasium (safe to call repeatedly)."""
+    register_car_env(ENV_ID, "td3_lightning.envs.car_racing:CarRacingState")
