@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from td3_lightning.checkpointing import atomic_path, atomic_torch_save
 from td3_lightning.errors import UserInputError
@@ -58,14 +59,18 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
     return out
 
 
-def export_torchscript(src: str | Path, out: str | Path) -> Path:
-    """Write the actor of ``src`` as a TorchScript module ``obs -> action``."""
+def _actor_and_example(src: str | Path) -> tuple[torch.nn.Module, Tensor]:
+    """The checked checkpoint's actor in eval mode, and a zero observation batch (2 rows) to trace it with."""
     from td3_lightning.module import TD3
 
     check_checkpoint(src)
     model = TD3.load_from_checkpoint(src, map_location="cpu")
-    actor = model.actor.eval()
-    example = torch.zeros(1, *model.hparams.obs_shape)
+    return model.actor.eval(), torch.zeros(2, *model.hparams.obs_shape)
+
+
+def export_torchscript(src: str | Path, out: str | Path) -> Path:
+    """Write the actor of ``src`` as a TorchScript module ``obs -> action``."""
+    actor, example = _actor_and_example(src)
     scripted = torch.jit.trace(actor, example)
     out = Path(out)
     with atomic_path(out) as tmp:
@@ -75,16 +80,11 @@ def export_torchscript(src: str | Path, out: str | Path) -> Path:
 
 def export_onnx(src: str | Path, out: str | Path) -> Path:
     """Write the actor of ``src`` as an ONNX graph ``observation -> action`` (dynamic batch)."""
-    from td3_lightning.module import TD3
-
-    check_checkpoint(src)
+    actor, example = _actor_and_example(src)
     try:
-        import onnx  # noqa: F401  (the exporter needs it; fail early with the fix)
+        import onnx  # noqa: F401  (the exporter needs it; fail before writing with the fix)
     except ImportError:
         raise UserInputError('ONNX export needs the onnx package: pip install "td3_lightning[onnx]"') from None
-    model = TD3.load_from_checkpoint(src, map_location="cpu")
-    actor = model.actor.eval()
-    example = torch.zeros(2, *model.hparams.obs_shape)
     out = Path(out)
     with atomic_path(out) as tmp:
         # the TorchScript-based exporter: a plain MLP needs nothing more, and it writes one self-contained file

@@ -13,7 +13,7 @@ from torchmetrics import CatMetric, MeanMetric
 
 from td3_lightning.distributed import average_gradients
 from td3_lightning.errors import UserInputError
-from td3_lightning.networks import Actor, CriticEnsemble, PixelEncoder
+from td3_lightning.networks import MIN_IMAGE_SIZE, Actor, CriticEnsemble, PixelEncoder
 
 CHECKPOINT_KEY = "td3_lightning"
 FORMAT_VERSION = 1
@@ -470,8 +470,9 @@ def _check_hparams(**hp: Any) -> None:
          "the MLP networks alone take 1-D observations"),
         (hp["encoder"] != "cnn" or len(hp["obs_shape"]) == 3,
          f"model.encoder cnn needs image observations (C, H, W), got shape {tuple(hp['obs_shape'])}"),
-        (len(hp["obs_shape"]) != 3 or min(hp["obs_shape"][1:]) >= 36,
-         f"images of {hp['obs_shape'][1:]} pixels are too small for the CNN encoder: it needs at least 36x36 "
+        (len(hp["obs_shape"]) != 3 or min(hp["obs_shape"][1:]) >= MIN_IMAGE_SIZE,
+         f"images of {hp['obs_shape'][1:]} pixels are too small for the CNN encoder: it needs at least "
+         f"{MIN_IMAGE_SIZE}x{MIN_IMAGE_SIZE} "
          "(set the env's resize option higher)"),
         (hp["encoder_features"] >= 1, f"model.encoder_features must be >= 1, got {hp['encoder_features']}"),
         (len(low) == len(high) and len(low) > 0, "action_low and action_high must have the same, non-zero length"),

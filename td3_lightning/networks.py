@@ -26,6 +26,10 @@ def mlp(sizes: Sequence[int], activation: type[nn.Module] = nn.ReLU) -> nn.Seque
     return nn.Sequential(*layers)
 
 
+#: smallest image height and width the encoder's convolutions take
+MIN_IMAGE_SIZE = 36
+
+
 class PixelEncoder(nn.Module):
     """``uint8`` images ``(C, H, W)`` (e.g. stacked frames) to a feature vector.
 
@@ -34,15 +38,16 @@ class PixelEncoder(nn.Module):
     LayerNorm and tanh (bounded features, as in pixel-based SAC/TD3 agents).
 
     Args:
-        obs_shape: ``(C, H, W)``; H and W at least 36.
+        obs_shape: ``(C, H, W)``; H and W at least ``MIN_IMAGE_SIZE``.
         features: length of the output vector.
     """
 
     def __init__(self, obs_shape: Sequence[int], features: int = 50) -> None:
         super().__init__()
         c, h, w = (int(x) for x in obs_shape)
-        if min(h, w) < 36:
-            raise ValueError(f"images of {h}x{w} pixels are too small for the CNN encoder: it needs at least 36x36")
+        if min(h, w) < MIN_IMAGE_SIZE:
+            raise ValueError(f"images of {h}x{w} pixels are too small for the CNN encoder: it needs at least "
+                             f"{MIN_IMAGE_SIZE}x{MIN_IMAGE_SIZE}")
         self.convs = nn.Sequential(
             nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(),
             nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),

@@ -12,7 +12,31 @@ from torch import Tensor
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
 
 
-class ReplayBuffer:
+class _Replay:
+    """What both buffers share: ``len``, single adds through ``add_batch`` and uniform draws."""
+
+    size: int
+    device: torch.device
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs: Any, action: Any, reward: float, next_obs: Any, terminated: bool) -> None:
+        """Write one transition (as row 0 of a batch of one)."""
+        self.add_batch([obs], [action], [reward], [next_obs], [terminated])
+
+    def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
+        raise NotImplementedError
+
+    def _draw(self, batch_size: int, generator: torch.Generator | None) -> Tensor:
+        """``batch_size`` uniform draws from ``range(size)``, with replacement, on the buffer's device."""
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        device = generator.device if generator is not None else None
+        return torch.randint(self.size, (batch_size,), generator=generator, device=device).to(self.device)
+
+
+class ReplayBuffer(_Replay):
     """Fixed-capacity circular storage of ``(obs, action, reward, next_obs, terminated)``.
 
     Every field is one preallocated tensor on ``device``; observations keep their dtype
@@ -52,17 +76,10 @@ class ReplayBuffer:
         self.pos = 0  # next slot to write
         self.size = 0  # filled slots
 
-    def __len__(self) -> int:
-        return self.size
-
     @property
     def bytes_per_transition(self) -> int:
         """Storage of one transition, summed over the fields."""
         return sum(getattr(self, f)[0].numel() * getattr(self, f).element_size() for f in FIELDS)
-
-    def add(self, obs: Any, action: Any, reward: float, next_obs: Any, terminated: bool) -> None:
-        """Write one transition into the next slot."""
-        self.add_batch([obs], [action], [reward], [next_obs], [terminated])
 
     def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
         """Write ``n`` transitions (leading dimension ``n``) into the next ``n`` slots."""
@@ -81,18 +98,11 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """``batch_size`` transitions drawn uniformly with replacement from the filled slots."""
-        if self.size == 0:
-            raise RuntimeError("cannot sample from an empty replay buffer")
-        idx = torch.randint(self.size, (batch_size,), generator=generator, device=self._gen_device(generator))
-        return self.gather(idx.to(self.device))
+        return self.gather(self._draw(batch_size, generator))
 
     def gather(self, idx: Tensor) -> dict[str, Tensor]:
         """The transitions at ``idx`` as a dict of tensors."""
         return {f: getattr(self, f)[idx] for f in FIELDS}
-
-    @staticmethod
-    def _gen_device(generator: torch.Generator | None) -> torch.device | None:
-        return generator.device if generator is not None else None
 
     def state_dict(self) -> dict[str, Any]:
         """The filled part of the storage plus the write position (CPU tensors)."""
@@ -123,7 +133,7 @@ class ReplayBuffer:
         self.pos, self.size = int(state["pos"]), n
 
 
-class FrameStackReplay:
+class FrameStackReplay(_Replay):
     """Replay of frame-stacked image observations that stores every frame once.
 
     An observation is ``frame_stack`` frames of ``c`` channels, stacked along the first
@@ -200,9 +210,6 @@ class FrameStackReplay:
         self._last_next: list[np.ndarray | None] = [None] * self.num_streams  # each row's previous next_obs
         self._last_next_ids: list[list[int] | None] = [None] * self.num_streams
 
-    def __len__(self) -> int:
-        return self.size
-
     @property
     def bytes_per_transition(self) -> float:
         """Storage per transition at capacity: frames, frame ids, action, reward, flag."""
@@ -234,10 +241,6 @@ class FrameStackReplay:
 
     def _live(self, ids: list[int] | None) -> bool:
         return ids is not None and min(ids) >= self.frames_written - self.frame_capacity + self.margin
-
-    def add(self, obs: Any, action: Any, reward: float, next_obs: Any, terminated: bool) -> None:
-        """Write one transition (row 0)."""
-        self.add_batch([obs], [action], [reward], [next_obs], [terminated])
 
     def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
         """Write ``n`` transitions; row ``i`` comes from env ``i`` (the sharing is tracked per row)."""
@@ -278,11 +281,7 @@ class FrameStackReplay:
     # ----------------------------------------------------------------- reading
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """``batch_size`` transitions drawn uniformly with replacement from the live ones."""
-        if self.size == 0:
-            raise RuntimeError("cannot sample from an empty replay buffer")
-        device = generator.device if generator is not None else None
-        r = torch.randint(self.size, (batch_size,), generator=generator, device=device).to(self.device)
-        return self.gather((r + (self.pos - self.size)) % self.capacity)
+        return self.gather((self._draw(batch_size, generator) + (self.pos - self.size)) % self.capacity)
 
     def _stack(self, ids: Tensor) -> Tensor:
         frames = self.frames[ids % self.frame_capacity]  # (B, k, c, H, W)
