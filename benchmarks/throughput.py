@@ -26,17 +26,25 @@ ENV_ID = "LunarLander-v3"
 
 
 # ----------------------------------------------------------------------------- the three runs
-def run_td3_lightning(steps: int, device: str) -> dict[str, float]:
-    """The normal CLI path; the progress bar's final rate excludes the warm-up."""
-    cmd = [
-        sys.executable, "-m", "td3_lightning", "fit", "--config", "lunar.yaml",
+def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hooked: bool = False) -> dict[str, float]:
+    """The normal CLI path; the progress bar's final rate excludes the warm-up.
+
+    ``extra``: more CLI arguments; ``hooked``: backward passes and optimizer steps through
+    Lightning's hooks (``TD3.direct_update = False``) instead of around them."""
+    args = [
+        "fit", "--config", "lunar.yaml",
         "--trainer.max_steps", str(steps), "--data.warmup_steps", str(WARMUP), "--trainer.limit_val_batches", "0",
         "--trainer.logger", "false", "--checkpoint.save_top_k", "0", "--checkpoint.save_last", "false",
         "--trainer.callbacks", "null", "--learning_curve.filename", "",
-        "--trainer.accelerator", device, "--progress_bar.log_seconds", "1e9",
+        "--trainer.accelerator", device, "--progress_bar.log_seconds", "1e9", *extra,
     ]
+    launcher = (
+        "import sys; from td3_lightning.module import TD3; from td3_lightning.cli import main; "
+        f"TD3.direct_update = {False if hooked else None}; sys.argv = ['td3_lightning', *sys.argv[1:]]; main()"
+    )
     with tempfile.TemporaryDirectory() as cwd:  # the CLI saves its config.yaml in the cwd without a logger
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
+        out = subprocess.run([sys.executable, "-c", launcher, *args], capture_output=True, text=True, check=False,
+                             cwd=cwd)
     rates = re.findall(r"\| (\d+(?:\.\d+)?) steps/s \|", out.stdout)
     if out.returncode != 0 or not rates:
         raise RuntimeError(f"td3_lightning run failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
@@ -79,6 +87,7 @@ def run_plain(steps: int, device: str) -> dict[str, float]:
     from td3_lightning.replay import ReplayBuffer
 
     torch.manual_seed(0)
+    torch.set_flush_denormal(True)  # as td3_lightning's default model.flush_denormal
     dev = torch.device(device)
     env = make_env(ENV_ID, {"continuous": True})
     low, high = env.action_space.low, env.action_space.high
@@ -133,6 +142,11 @@ def run_plain(steps: int, device: str) -> dict[str, float]:
 
 
 RUNNERS = {"td3_lightning": run_td3_lightning, "sb3": run_sb3, "plain": run_plain}
+# --ablations: td3_lightning with one of its speed-ups switched off
+ABLATIONS = {
+    "td3_lightning, no flush_denormal": lambda n, d: run_td3_lightning(n, d, ("--model.flush_denormal", "false")),
+    "td3_lightning, hooked update": lambda n, d: run_td3_lightning(n, d, hooked=True),
+}
 
 
 # ----------------------------------------------------------------------------- driver
@@ -142,14 +156,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds of the three runs")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--skip", nargs="*", default=[], choices=list(RUNNERS), help="runs to leave out")
-    parser.add_argument("--one", choices=list(RUNNERS), help=argparse.SUPPRESS)  # internal: one run, JSON out
+    parser.add_argument("--ablations", action="store_true",
+                        help="also run td3_lightning without flush_denormal and with Lightning's hooked update")
+    parser.add_argument("--one", choices=[*RUNNERS, *ABLATIONS], help=argparse.SUPPRESS)  # internal: one run
     args = parser.parse_args()
 
     if args.one:
-        print(json.dumps(RUNNERS[args.one](args.steps, args.device)))
+        print(json.dumps({**RUNNERS, **ABLATIONS}[args.one](args.steps, args.device)))
         return
 
-    names = [n for n in RUNNERS if n not in args.skip]
+    names = [n for n in RUNNERS if n not in args.skip] + (list(ABLATIONS) if args.ablations else [])
     results: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for r in range(args.repeats):
         for name in names:
@@ -159,7 +175,7 @@ def main() -> None:
                 sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
             res = json.loads(out.stdout.strip().splitlines()[-1])
             results[name].append(res)
-            print(f"round {r + 1}: {name:14s} {res['steps_per_sec']:8.1f} steps/s", file=sys.stderr)
+            print(f"round {r + 1}: {name:34s} {res['steps_per_sec']:8.1f} steps/s", file=sys.stderr)
 
     med = {n: statistics.median(x["steps_per_sec"] for x in v) for n, v in results.items()}
     print(f"\n{ENV_ID} (continuous), 256-256, batch 256, 1 update per env step, {args.steps} timed steps, "

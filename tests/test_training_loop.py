@@ -165,3 +165,50 @@ def test_schedules_default_to_the_run_length_and_to_constants():
     trainer = quiet_trainer(max_steps=200)
     decaying.trainer = trainer
     assert abs(decaying.exploration_noise_at(100) - 0.05) < 1e-12  # halfway through max_steps
+
+
+class _GradNormWatcher(Callback):
+    """A callback that looks at every optimizer step, as gradient-norm loggers do."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.calls += 1
+
+
+def _train_weights(direct: bool | None, callbacks: list, steps: int = 60) -> tuple[TD3, L.Trainer]:
+    L.seed_everything(3)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=500)
+    model = small(dm, policy_freq=2)
+    model.direct_update = direct
+    trainer = quiet_trainer(max_steps=steps, callbacks=[EnvLoop(), *callbacks])
+    trainer.fit(model, dm)
+    return model, trainer
+
+
+def test_direct_update_gives_the_hooked_path_bit_for_bit():
+    direct, t_direct = _train_weights(True, [])
+    hooked, t_hooked = _train_weights(False, [])
+    assert direct._direct and not hooked._direct
+    assert t_direct.global_step == t_hooked.global_step == 60
+    assert direct.num_actor_updates == hooked.num_actor_updates == 30
+    a, b = direct.state_dict(), hooked.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for o_direct, o_hooked in zip(t_direct.optimizers, t_hooked.optimizers):
+        sa, sb = o_direct.state_dict()["state"], o_hooked.state_dict()["state"]
+        assert all(torch.equal(sa[i]["exp_avg_sq"], sb[i]["exp_avg_sq"]) for i in sa)
+
+
+def test_direct_update_is_chosen_only_when_no_hook_watches_the_update():
+    model, _ = _train_weights(None, [], steps=10)
+    assert model._direct  # plain CPU, 32-bit: around the hooks
+    watcher = _GradNormWatcher()
+    model, _ = _train_weights(None, [watcher], steps=10)
+    assert not model._direct
+    assert watcher.calls == 10 + 5  # every critic and every actor step reached the hook
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=500)
+    model = small(dm)
+    quiet_trainer(max_steps=5, precision="bf16-mixed", callbacks=[EnvLoop()]).fit(model, dm)
+    assert not model._direct  # mixed precision needs Lightning's backward (autocast, scaling)
