@@ -115,6 +115,10 @@ class ReplayBuffer(_Replay):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore contents saved by :meth:`state_dict` (the capacity must match)."""
+        if state.get("kind") == "frame_stack":
+            raise ValueError("the checkpoint's replay buffer stores shared frames (data.frame_stack), this run "
+                             "stores whole observations: resume with the data.frame_stack the checkpoint was "
+                             "trained with")
         if int(state["capacity"]) != self.capacity:
             raise ValueError(
                 f"replay buffer capacity mismatch: checkpoint has {state['capacity']}, this run has "

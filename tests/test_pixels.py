@@ -13,7 +13,7 @@ from td3_lightning import TD3, ReplayDataModule
 from td3_lightning.cli import main
 from td3_lightning.envs import register_envs
 from td3_lightning.envs.car_racing_pixels import CarRacingPixels
-from td3_lightning.replay import FrameStackReplay
+from td3_lightning.replay import FrameStackReplay, ReplayBuffer
 
 register_envs()
 SMALL = {"resize": 40, "action_repeat": 4, "max_episode_frames": 200}
@@ -125,6 +125,12 @@ def test_frame_replay_state_dict_round_trip(drives):
     assert all(torch.equal(s1[k], s2[k]) for k in s1)
     with pytest.raises(ValueError, match="capacity mismatch"):
         FrameStackReplay(90, a[0][0].shape, 3, frame_stack=4).load_state_dict(buf.state_dict())
+    # either kind of buffer refuses the other's state in one line, whichever way round
+    with pytest.raises(ValueError, match="resume with the data.frame_stack the checkpoint was trained with"):
+        ReplayBuffer(100, a[0][0].shape, 3).load_state_dict(buf.state_dict())
+    flat = ReplayBuffer(100, a[0][0].shape, 3)
+    with pytest.raises(ValueError, match="resume with the data.frame_stack the checkpoint was trained with"):
+        FrameStackReplay(100, a[0][0].shape, 3, frame_stack=4).load_state_dict(flat.state_dict())
 
 
 # ------------------------------------------------------------------ networks
