@@ -146,6 +146,7 @@ RUNNERS = {"td3_lightning": run_td3_lightning, "sb3": run_sb3, "plain": run_plai
 ABLATIONS = {
     "td3_lightning, no flush_denormal": lambda n, d: run_td3_lightning(n, d, ("--model.flush_denormal", "false")),
     "td3_lightning, hooked update": lambda n, d: run_td3_lightning(n, d, hooked=True),
+    "td3_lightning, compile_mode default": lambda n, d: run_td3_lightning(n, d, ("--model.compile_mode", "default")),
 }
 
 
@@ -157,7 +158,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--skip", nargs="*", default=[], choices=list(RUNNERS), help="runs to leave out")
     parser.add_argument("--ablations", action="store_true",
-                        help="also run td3_lightning without flush_denormal and with Lightning's hooked update")
+                        help="also run td3_lightning without flush_denormal, with Lightning's hooked update "
+                        "and with compiled losses")
     parser.add_argument("--one", choices=[*RUNNERS, *ABLATIONS], help=argparse.SUPPRESS)  # internal: one run
     args = parser.parse_args()
 

@@ -16,6 +16,7 @@ from td3_lightning.errors import UserInputError
 from td3_lightning.networks import MIN_IMAGE_SIZE, Actor, CriticEnsemble, PixelEncoder
 
 CHECKPOINT_KEY = "td3_lightning"
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 FORMAT_VERSION = 1
 
 
@@ -94,6 +95,7 @@ class TD3(L.LightningModule):
         encoder_features: int = 50,
         shared_encoder: bool = True,
         flush_denormal: bool = True,
+        compile_mode: str = "none",
     ) -> None:
         super().__init__()
         _check_hparams(
@@ -102,6 +104,7 @@ class TD3(L.LightningModule):
             policy_freq=policy_freq, exploration_noise=exploration_noise, actor_lr=actor_lr, critic_lr=critic_lr,
             exploration_noise_final=exploration_noise_final, lr_final_factor=lr_final_factor,
             schedule_steps=schedule_steps, encoder=encoder, encoder_features=encoder_features,
+            compile_mode=compile_mode,
         )
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -127,6 +130,7 @@ class TD3(L.LightningModule):
         self._first_non_finite: Tensor | None = None  # (critic, actor): step of the first non-finite loss, or -1
         self._first_non_finite_value: Tensor | None = None  # (critic, actor): that loss
         self._direct = False  # backward and steps around Lightning's hooks (set in on_train_start)
+        self._compiled: tuple[Any, Any] | None = None  # compiled (critic_loss, actor_loss)
 
         self.val_return = MeanMetric()
         self.val_length = MeanMetric()
@@ -201,7 +205,8 @@ class TD3(L.LightningModule):
         if getattr(self, "_ddp_wrapper", None) is not None:  # see on_train_start
             self._ddp_wrapper.require_backward_grad_sync = False
         self._apply_lr_schedule(critic_opt, actor_opt)
-        loss_q, q = self.critic_loss(batch)
+        critic_loss, actor_loss = self._loss_functions()
+        loss_q, q = critic_loss(batch, self._standard_normal(batch["action"]))
         self._check_loss(0, loss_q)
         critic_opt.zero_grad(set_to_none=True)
         self._backward(loss_q)
@@ -211,7 +216,7 @@ class TD3(L.LightningModule):
 
         loss_pi = None
         if self.num_critic_updates % self.hparams.policy_freq == 0:
-            loss_pi = self.actor_loss(batch)
+            loss_pi = actor_loss(batch)
             self._check_loss(1, loss_pi)
             actor_opt.zero_grad(set_to_none=True)
             self._backward(loss_pi)
@@ -231,6 +236,17 @@ class TD3(L.LightningModule):
             loss.backward()
         else:
             self.manual_backward(loss)
+
+    def _loss_functions(self) -> tuple[Any, Any]:
+        """``critic_loss`` and ``actor_loss``, compiled once when ``compile_mode`` asks for it."""
+        mode = self.hparams.get("compile_mode", "none")
+        if mode == "none":
+            return self.critic_loss, self.actor_loss
+        if self._compiled is None:
+            self._compiled = (torch.compile(self.critic_loss, mode=mode), torch.compile(self.actor_loss, mode=mode))
+        if mode in ("reduce-overhead", "max-autotune") and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()  # a new training step: earlier graph outputs are done
+        return self._compiled
 
     def _optimizer_step(self, optimizer: Any, counted: bool) -> None:
         """One step of a ``LightningOptimizer``. Only ``counted`` steps advance ``global_step``
@@ -527,6 +543,8 @@ def _check_hparams(**hp: Any) -> None:
          f"images of {hp['obs_shape'][1:]} pixels are too small for the CNN encoder: it needs at least "
          f"{MIN_IMAGE_SIZE}x{MIN_IMAGE_SIZE} "
          "(set the env's resize option higher)"),
+        (hp["compile_mode"] in COMPILE_MODES,
+         f"model.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {hp['compile_mode']!r}"),
         (hp["encoder_features"] >= 1, f"model.encoder_features must be >= 1, got {hp['encoder_features']}"),
         (len(low) == len(high) and len(low) > 0, "action_low and action_high must have the same, non-zero length"),
         (all(lo < hi for lo, hi in zip(low, high)), f"every action_low must be < action_high, got {low} and {high}"),

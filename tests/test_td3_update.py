@@ -153,6 +153,7 @@ def test_targets_have_no_gradients_and_stay_in_eval_mode():
         ({"encoder": "cnn"}, "model.encoder cnn needs image observations"),
         ({"obs_shape": [3, 40, 40], "encoder": "none"}, "need model.encoder auto or cnn"),
         ({"encoder": "mlp"}, "model.encoder must be auto, cnn or none"),
+        ({"compile_mode": "fast"}, "model.compile_mode must be one of none, default, reduce-overhead"),
         ({"action_low": [3.0, 0.0]}, "action_low"),
     ],
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import lightning as L
 import torch
 from conftest import quiet_trainer
@@ -177,10 +179,16 @@ class _GradNormWatcher(Callback):
         self.calls += 1
 
 
-def _train_weights(direct: bool | None, callbacks: list, steps: int = 60) -> tuple[TD3, L.Trainer]:
+def _initial_weights() -> dict[str, torch.Tensor]:
     L.seed_everything(3)
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=500)
-    model = small(dm, policy_freq=2)
+    return small(dm, policy_freq=2).state_dict()
+
+
+def _train_weights(direct: bool | None, callbacks: list, steps: int = 60, **kw) -> tuple[TD3, L.Trainer]:
+    L.seed_everything(3)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=500)
+    model = small(dm, policy_freq=2, **kw)
     model.direct_update = direct
     trainer = quiet_trainer(max_steps=steps, callbacks=[EnvLoop(), *callbacks])
     trainer.fit(model, dm)
@@ -212,3 +220,24 @@ def test_direct_update_is_chosen_only_when_no_hook_watches_the_update():
     model = small(dm)
     quiet_trainer(max_steps=5, precision="bf16-mixed", callbacks=[EnvLoop()]).fit(model, dm)
     assert not model._direct  # mixed precision needs Lightning's backward (autocast, scaling)
+
+
+def test_compiled_losses_train_like_eager():
+    """compile_mode default: the losses run through torch.compile (Inductor on the CPU) and
+    the weights follow the eager run to float32 rounding."""
+    import shutil
+
+    import pytest
+
+    if shutil.which(os.environ.get("CXX", "g++")) is None and shutil.which("cc") is None:
+        pytest.skip("torch.compile on the CPU needs a C++ compiler")
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    compiled, _ = _train_weights(None, [], steps=20, compile_mode="default")
+    eager, _ = _train_weights(None, [], steps=20)
+    assert compiled._compiled is not None and counters["stats"]["unique_graphs"] >= 2
+    a, b = compiled.state_dict(), eager.state_dict()
+    assert max((a[k] - b[k]).abs().max().item() for k in a if a[k].is_floating_point()) < 1e-4
+    init = _initial_weights()
+    assert any(not torch.equal(a[k], init[k]) for k in init if k.startswith("critic."))  # it did train
