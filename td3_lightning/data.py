@@ -388,6 +388,12 @@ class ReplayDataModule(L.LightningDataModule):
         self.num_sampled += 1
         return batch
 
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        # replay batches are sampled on the training device: skip Lightning's walk over the batch
+        if isinstance(batch, dict) and all(isinstance(v, Tensor) and v.device == device for v in batch.values()):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         trainer = self.trainer
         if trainer is not None and trainer.training:

@@ -108,6 +108,10 @@ class TD3(L.LightningModule):
         )
         self.save_hyperparameters()
         self.automatic_optimization = False
+        if flush_denormal:
+            # before the networks are built: the CPU thread pool starts with their first large
+            # operation, and new threads inherit the setting (set later, only this thread has it)
+            torch.set_flush_denormal(True)
 
         obs_dim, action_dim = int(obs_shape[0]), len(action_low)
         cnn = encoder == "cnn" or (encoder == "auto" and len(obs_shape) == 3)
@@ -126,7 +130,9 @@ class TD3(L.LightningModule):
         self.num_actor_updates = 0
         self._noise_gen: torch.Generator | None = None
         self._noise_gen_state: Tensor | None = None  # restored from a checkpoint, applied on first use
-        self._train_sums: Tensor | None = None  # critic loss, q, actor loss, count, actor count
+        self._train_hist: tuple[list[Tensor], list[Tensor], list[Tensor]] = ([], [], [])  # critic loss, Q1, actor loss
+        self._train_sums: Tensor | None = None  # folded sums of the three histories
+        self._train_counts = [0, 0, 0]  # and how many values each sum holds
         self._first_non_finite: Tensor | None = None  # (critic, actor): step of the first non-finite loss, or -1
         self._first_non_finite_value: Tensor | None = None  # (critic, actor): that loss
         self._direct = False  # backward and steps around Lightning's hooks (set in on_train_start)
@@ -351,28 +357,44 @@ class TD3(L.LightningModule):
     def _track(self, loss_q: Tensor, q: Tensor, loss_pi: Tensor | None) -> None:
         """Accumulate training statistics on the device; log their means every
         ``trainer.log_every_n_steps`` steps (no host sync on the other steps)."""
-        if self._train_sums is None or self._train_sums.device != loss_q.device:
-            self._train_sums = torch.zeros(5, device=loss_q.device)
-        s = self._train_sums
-        s[0] += loss_q.detach()
-        s[1] += q[0].detach().mean()
-        s[3] += 1
+        critic_losses, q1s, actor_losses = self._train_hist
+        critic_losses.append(loss_q.detach())  # views only: no kernel runs on most steps
+        q1s.append(q[0].detach())
         if loss_pi is not None:
-            s[2] += loss_pi.detach()
-            s[4] += 1
+            actor_losses.append(loss_pi.detach())
+        if len(critic_losses) >= 256:
+            self._fold_train_stats()
         every = max(1, self.trainer.log_every_n_steps)
         if self.global_step % every == 0:
             if self._first_non_finite is not None:
                 self.check_finite({})  # the deferred loss check; this step syncs anyway
-            metrics = {"train/critic_loss": s[0] / s[3], "train/q": s[1] / s[3]}
+            sums, counts = self._fold_train_stats(), self._train_counts
+            metrics = {"train/critic_loss": sums[0] / counts[0], "train/q": sums[1] / counts[1]}
             if self.hparams.get("exploration_noise_final") is not None:
                 metrics["train/exploration_noise"] = self.exploration_noise_at(self.global_step)
             if self.hparams.get("lr_final_factor", 1.0) != 1.0:
                 metrics["train/lr_factor"] = self.lr_factor_at(self.global_step)
-            if float(s[4]) > 0:
-                metrics["train/actor_loss"] = s[2] / s[4]
+            if counts[2]:
+                metrics["train/actor_loss"] = sums[2] / counts[2]
             self.log_dict(metrics, on_step=True, on_epoch=False)
-            s.zero_()
+            self._train_sums, self._train_counts = None, [0, 0, 0]
+
+    def _fold_train_stats(self) -> Tensor:
+        """Add the histories to the running sums (a few kernels every 256 steps) and return them."""
+        hist, counts = self._train_hist, self._train_counts
+        if self._train_sums is None:
+            self._train_sums = torch.zeros(3, device=self.device)
+        parts = [torch.stack(hist[0]).sum() if hist[0] else None, torch.cat(hist[1]).sum() if hist[1] else None,
+                 torch.stack(hist[2]).sum() if hist[2] else None]
+        for i, part in enumerate(parts):
+            if part is not None:
+                self._train_sums[i] += part
+        counts[0] += len(hist[0])
+        counts[1] += sum(x.numel() for x in hist[1])
+        counts[2] += len(hist[2])
+        for h in hist:
+            h.clear()
+        return self._train_sums
 
     # ------------------------------------------------------------------ evaluation
     def setup(self, stage: str) -> None:

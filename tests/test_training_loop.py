@@ -241,3 +241,30 @@ def test_compiled_losses_train_like_eager():
     assert max((a[k] - b[k]).abs().max().item() for k in a if a[k].is_floating_point()) < 1e-4
     init = _initial_weights()
     assert any(not torch.equal(a[k], init[k]) for k in init if k.startswith("critic."))  # it did train
+
+
+class _Recording(TD3):
+    """Records what each training step hands to the statistics."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.seen: list[tuple[float, float, float | None]] = []
+
+    def _track(self, loss_q, q, loss_pi) -> None:
+        self.seen.append((loss_q.item(), q[0].mean().item(), None if loss_pi is None else loss_pi.item()))
+        super()._track(loss_q, q, loss_pi)
+
+
+def test_logged_training_statistics_are_the_means_since_the_last_log():
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=1000)
+    model = _Recording(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], policy_freq=3)
+    trainer = quiet_trainer(max_steps=600, log_every_n_steps=300, callbacks=[EnvLoop()])
+    trainer.fit(model, dm)  # 300 steps per log: the histories fold once (every 256) in between
+    last = model.seen[300:]
+    logged = trainer.callback_metrics
+    expected_pi = [x[2] for x in last if x[2] is not None]
+    assert len(expected_pi) == 100
+    assert abs(float(logged["train/critic_loss"]) - sum(x[0] for x in last) / 300) < 1e-5 * max(1, abs(last[0][0]))
+    assert abs(float(logged["train/q"]) - sum(x[1] for x in last) / 300) < 1e-4
+    assert abs(float(logged["train/actor_loss"]) - sum(expected_pi) / 100) < 1e-4
