@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,15 @@ def test_help_documents_every_option(cli_env, tmp_path):
         assert option in text, option
     assert "relative to half the action range" in text  # docstrings become the help
     assert "--model.obs_shape" not in text  # linked from the env
+    # every model and data option has a sentence of help, not just its type
+    bare = []
+    for entry in re.split(r"\n  (?=--)", out.stdout.split("\noptions:", 1)[-1]):
+        if re.match(r"--(model|data)\.", entry):
+            described = re.sub(r"\(type:.*", "", " ".join(entry.split()), flags=re.S).split()[1:]
+            words = [w for w in described if not (w.isupper() or w.startswith(("{", "[", "--")) or w.endswith("]"))]
+            if len(words) < 2:
+                bare.append(entry.split()[0])
+    assert not bare, f"options without a help text: {bare}"
 
 
 def test_print_config_shows_overrides(cli_env, tmp_path):
