@@ -160,3 +160,21 @@ def test_targets_have_no_gradients_and_stay_in_eval_mode():
 def test_bad_hyperparameters_are_refused(kwargs, match):
     with pytest.raises(UserInputError, match=match):
         make_module(**kwargs)
+
+
+def test_flush_denormal_is_set_when_the_module_is_created():
+    """In a fresh process (this one has it on already): denormals survive before the module
+    exists, and become zero after, while a normal float stays."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from td3_lightning.module import TD3\n"
+        "tiny = torch.tensor([1e-39, 3e-38])\n"
+        "before = (tiny * 1.0).tolist()\n"
+        "TD3([3], [-1.0], [1.0], hidden_dims=[8])\n"
+        "print(before[0] > 0, (tiny * 1.0)[0].item() == 0.0, (tiny * 1.0)[1].item() > 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "True"]
