@@ -162,7 +162,7 @@ def test_bad_hyperparameters_are_refused(kwargs, match):
         make_module(**kwargs)
 
 
-def test_flush_denormal_is_set_when_the_module_is_created():
+def test_flush_denormal_is_set_when_the_module_is_created(cli_env):
     """In a fresh process (this one has it on already): denormals survive before the module
     exists, and become zero after, while a normal float stays."""
     import subprocess
@@ -176,5 +176,5 @@ def test_flush_denormal_is_set_when_the_module_is_created():
         "TD3([3], [-1.0], [1.0], hidden_dims=[8])\n"
         "print(before[0] > 0, (tiny * 1.0)[0].item() == 0.0, (tiny * 1.0)[1].item() > 0)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cli_env)
     assert out.stdout.split() == ["True", "True", "True"]
