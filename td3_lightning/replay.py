@@ -243,8 +243,13 @@ class FrameStackReplay(_Replay):
         ids = self._write_frames(new)
         return [ids[w] for w in which]
 
+    @property
+    def _oldest_live_id(self) -> int:
+        """Frames with a lower id are overwritten, or may be within the next ``margin`` writes."""
+        return self.frames_written - self.frame_capacity + self.margin
+
     def _live(self, ids: list[int] | None) -> bool:
-        return ids is not None and min(ids) >= self.frames_written - self.frame_capacity + self.margin
+        return ids is not None and min(ids) >= self._oldest_live_id
 
     def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
         """Write ``n`` transitions; row ``i`` comes from env ``i`` (the sharing is tracked per row)."""
@@ -278,7 +283,7 @@ class FrameStackReplay(_Replay):
         self.reward[idx] = torch.as_tensor(np.asarray(reward), device=self.device, dtype=torch.float32)
         self.terminated[idx] = torch.as_tensor(np.asarray(terminated), device=self.device, dtype=torch.bool)
         # drop the oldest transitions whose frames the ring has overwritten (or is about to)
-        oldest_allowed = self.frames_written - self.frame_capacity + self.margin
+        oldest_allowed = self._oldest_live_id
         while self.size > 0 and self._min_id[(self.pos - self.size) % self.capacity] < oldest_allowed:
             self.size -= 1
 

@@ -40,7 +40,7 @@ class CarRacingPixels(CarRacingState):
 
     Keyword-only options: those of :class:`CarRacingState`, plus ``grayscale``,
     ``crop_bottom``, ``resize`` and ``frame_stack`` (see the module docstring).
-    ``frame_stack`` and ``frame_channels`` are attributes, for the frame-sharing replay.
+    ``frame_stack`` is an attribute: the frame-sharing replay reads it.
     """
 
     # state_pixels: CarRacing's own 96x96 observation view, drawn by _frame
@@ -71,7 +71,6 @@ class CarRacingPixels(CarRacingState):
         self.frame_channels = 1 if self.grayscale else 3
         height = self.resize or STATE_SIZE - self.crop_bottom
         width = self.resize or STATE_SIZE
-        self.frame_shape = (self.frame_channels, height, width)
         self.observation_space = spaces.Box(
             0, 255, (self.frame_stack * self.frame_channels, height, width), dtype=np.uint8
         )
