@@ -4,9 +4,14 @@ test each final policy on 100 deterministic episodes, and turn the runs into a t
     python benchmarks/reference_results.py run --config pendulum.yaml --seeds 0 1 2   # train + test
     python benchmarks/reference_results.py table                                    # markdown table + plot
 
-Runs live in ``runs/<config name>/seed<S>/`` (the usual ``lightning_logs/version_N`` inside):
-``version_0`` is the training run, the ``test`` of its ``last.ckpt`` writes ``test_results.json``
-into the next version folder.
+Runs live in ``runs/<config name>/seed<S>/`` (the usual ``lightning_logs/version_N`` inside). The
+``test`` of the final ``last.ckpt`` writes ``test_results.json`` into its own version folder.
+
+``run`` can be stopped at any time and run again with the same arguments: a seed with a test result
+is skipped, a seed with a ``last.ckpt`` but no test result continues its training from there
+(``fit --ckpt_path last``, exact resume) and is then tested, and any other seed starts fresh. So a
+1M-step budget can be spread over several sittings. ``table`` lists unfinished seeds separately,
+with the last step they were evaluated at.
 """
 
 from __future__ import annotations
@@ -21,15 +26,38 @@ from pathlib import Path
 ROOT = Path("runs")
 
 
+def seed_state(folder: Path) -> str:
+    """``done`` (a test result exists), ``resume`` (a ``last.ckpt`` but no test result) or ``new``."""
+    if any(folder.glob("lightning_logs/version_*/test_results.json")):
+        return "done"
+    if any(folder.glob("lightning_logs/version_*/checkpoints/last.ckpt")):
+        return "resume"
+    return "new"
+
+
+def latest_last_ckpt(folder: Path) -> Path:
+    """The ``last.ckpt`` of the highest-numbered version (version_10 after version_9)."""
+    found = sorted(folder.glob("lightning_logs/version_*/checkpoints/last.ckpt"), key=lambda p: _version(p.parents[1]))
+    if not found:
+        raise SystemExit(f"error: no last.ckpt under {folder}/lightning_logs/version_*/checkpoints; "
+                         "did the training run write checkpoints (trainer.enable_checkpointing)?")
+    return found[-1]
+
+
 def run(config: str, seeds: list[int], extra: list[str]) -> None:
     name = Path(config).stem
     for seed in seeds:
         folder = ROOT / name / f"seed{seed}"
+        state = seed_state(folder)
+        if state == "done":
+            print(f"{name} seed {seed}: already tested, skipped (delete {folder} to redo it)")
+            continue
         base = [sys.executable, "-m", "td3_lightning"]
         common = ["--config", config, "--seed_everything", str(seed), "--trainer.default_root_dir", str(folder)]
-        subprocess.run([*base, "fit", *common, *extra], check=True)
-        last = sorted(folder.glob("lightning_logs/version_*/checkpoints/last.ckpt"))[-1]
-        subprocess.run([*base, "test", *common, "--ckpt_path", str(last)], check=True)
+        resume = ["--ckpt_path", "last"] if state == "resume" else []
+        print(f"{name} seed {seed}: {'continuing from its last.ckpt' if resume else 'training'}", flush=True)
+        subprocess.run([*base, "fit", *common, *resume, *extra], check=True)
+        subprocess.run([*base, "test", *common, "--ckpt_path", str(latest_last_ckpt(folder))], check=True)
 
 
 def _version(path: Path) -> int:
@@ -50,17 +78,21 @@ def collect() -> dict[str, list[dict[str, float]]]:
 
 
 def eval_curves(env_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Per seed, the ``val/return`` curve over all its training versions (a resumed run logs into a
+    new version folder; where two versions log the same step, the later one counts)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     curves = {}
     for seed_dir in sorted(env_dir.glob("seed*")):
-        events = sorted(seed_dir.glob("lightning_logs/version_0/events.out.tfevents.*"))
-        if not events:
-            continue
-        acc = EventAccumulator(str(events[-1]))
-        acc.Reload()
-        if "val/return" in acc.Tags()["scalars"]:
-            curves[seed_dir.name] = [(e.step + 1, e.value) for e in acc.Scalars("val/return")]
+        points: dict[int, float] = {}
+        for version in sorted(seed_dir.glob("lightning_logs/version_*"), key=_version):
+            for events in sorted(version.glob("events.out.tfevents.*")):
+                acc = EventAccumulator(str(events))
+                acc.Reload()
+                if "val/return" in acc.Tags()["scalars"]:
+                    points.update((e.step + 1, e.value) for e in acc.Scalars("val/return"))
+        if points:
+            curves[seed_dir.name] = sorted(points.items())
     return curves
 
 
@@ -73,21 +105,30 @@ def table() -> None:
         std = statistics.pstdev(means) if len(means) > 1 else 0.0
         per_seed = ", ".join(f"{r['test/return']:.1f}" for r in rows)
         print(f"| {name} | {len(rows)} | {statistics.mean(means):.1f} ± {std:.1f} | {per_seed} |")
-    _plot(results)
+    unfinished = [(env_dir, seed, points) for env_dir in sorted(p for p in ROOT.glob("*") if p.is_dir())
+                  for seed, points in eval_curves(env_dir).items() if seed_state(env_dir / seed) != "done"]
+    if unfinished:
+        print("\nnot tested yet (training unfinished or stopped; `run` again with the same arguments continues it):")
+        for env_dir, seed, points in unfinished:
+            step, value = points[-1]
+            best_step, best = max(points, key=lambda p: p[1])
+            print(f"- {env_dir.name} {seed}: last evaluated at step {step} (return {value:.1f}; best {best:.1f} at {best_step})")
+    _plot()
 
 
-def _plot(results: dict[str, list[dict[str, float]]]) -> None:
+def _plot() -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(results)
-    if not names:
+    curves = {p.name: eval_curves(p) for p in sorted(ROOT.glob("*")) if p.is_dir()}
+    curves = {name: c for name, c in curves.items() if c}  # finished or not: every run with an evaluation
+    if not curves:
         return
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.5), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        for seed, points in eval_curves(ROOT / name).items():
+    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.5), squeeze=False)
+    for ax, (name, by_seed) in zip(axes[0], curves.items()):
+        for seed, points in by_seed.items():
             steps, values = zip(*points)
             ax.plot(steps, values, label=seed)
         ax.set_title(name)

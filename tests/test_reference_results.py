@@ -1,0 +1,87 @@
+"""The reference-results driver: which seeds it skips, continues or starts, and how it stitches a
+resumed run's evaluation curve back together."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reference_results.py"
+
+
+@pytest.fixture()
+def ref(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("reference_results", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    return module
+
+
+def _version_dir(seed_dir: Path, n: int) -> Path:
+    path = seed_dir / "lightning_logs" / f"version_{n}"
+    path.mkdir(parents=True)
+    return path
+
+
+def _log_vals(version: Path, points: list[tuple[int, float]]) -> None:
+    writer = SummaryWriter(str(version))
+    for step, value in points:
+        writer.add_scalar("val/return", value, step)
+    writer.close()
+
+
+def _last_ckpt(version: Path) -> Path:
+    path = version / "checkpoints" / "last.ckpt"
+    path.parent.mkdir()
+    path.write_bytes(b"")
+    return path
+
+
+def test_seed_state_and_latest_checkpoint_by_version_number(ref, tmp_path):
+    seed = tmp_path / "walker2d" / "seed0"
+    assert ref.seed_state(seed) == "new"
+    for n in (2, 9, 10):
+        newest = _last_ckpt(_version_dir(seed, n))
+    assert ref.seed_state(seed) == "resume"
+    assert ref.latest_last_ckpt(seed) == newest  # version_10, not version_9 (a string sort picks 9)
+    (_version_dir(seed, 11) / "test_results.json").write_text(json.dumps({"test/return": 1.0}))
+    assert ref.seed_state(seed) == "done"
+    with pytest.raises(SystemExit, match="no last.ckpt"):
+        ref.latest_last_ckpt(tmp_path / "nothing")
+
+
+def test_run_skips_tested_seeds_and_continues_unfinished_ones(ref, tmp_path, monkeypatch):
+    done, unfinished = tmp_path / "walker2d" / "seed0", tmp_path / "walker2d" / "seed1"
+    (_version_dir(done, 0) / "test_results.json").write_text("{}")
+    ckpt = _last_ckpt(_version_dir(unfinished, 0))
+    calls: list[list[str]] = []
+    monkeypatch.setattr(ref.subprocess, "run", lambda cmd, check: calls.append(cmd))
+    ref.run("walker2d.yaml", [0, 1], ["--trainer.callbacks", "null"])
+    assert len(calls) == 2  # seed 0 untouched; seed 1: fit, then test
+    fit, test = calls
+    common = ["--config", "walker2d.yaml", "--seed_everything", "1", "--trainer.default_root_dir", str(unfinished)]
+    assert fit == [sys.executable, "-m", "td3_lightning", "fit", *common, "--ckpt_path", "last",
+                   "--trainer.callbacks", "null"]
+    assert test == [sys.executable, "-m", "td3_lightning", "test", *common, "--ckpt_path", str(ckpt)]
+
+
+def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_path, capsys):
+    seed = tmp_path / "walker2d" / "seed0"
+    _log_vals(_version_dir(seed, 0), [(4999, 100.0), (9999, 300.0)])
+    _log_vals(_version_dir(seed, 1), [(9999, 350.0), (14999, 200.0)])  # resumed; re-logged step 10000
+    assert ref.eval_curves(tmp_path / "walker2d") == {"seed0": [(5000, 100.0), (10000, 350.0), (15000, 200.0)]}
+
+    finished = tmp_path / "pendulum"
+    for s, value in ((0, -140.0), (1, -150.0)):
+        (_version_dir(finished / f"seed{s}", 0) / "test_results.json").write_text(json.dumps({"test/return": value}))
+    ref.table()
+    out = capsys.readouterr().out
+    assert "| pendulum | 2 | -145.0 ± 5.0 | -140.0, -150.0 |" in out
+    assert "- walker2d seed0: last evaluated at step 15000 (return 200.0; best 350.0 at 10000)" in out
+    assert (tmp_path / "reference_results.png").stat().st_size > 0
