@@ -7,6 +7,9 @@ the median env steps/s of each, the ratios, and the time split of one training s
 
     pip install -c constraints.txt -e ".[bench]"
     python benchmarks/throughput.py --steps 3000 --repeats 3
+
+td3_lightning runs twice: with one training step per Lightning batch (the class default) and
+with ``data.steps_per_batch 8`` (the shipped configs' setting; the same training, bit for bit).
 """
 
 from __future__ import annotations
@@ -141,7 +144,13 @@ def run_plain(steps: int, device: str) -> dict[str, float]:
     return {"steps_per_sec": steps / total, **{f"ms {k}": 1000 * v / steps for k, v in split.items()}}
 
 
-RUNNERS = {"td3_lightning": run_td3_lightning, "sb3": run_sb3, "plain": run_plain}
+CHUNK = 8  # data.steps_per_batch of the chunked row (divides lunar.yaml's validation and logging intervals)
+RUNNERS = {
+    "td3_lightning": run_td3_lightning,
+    f"td3_lightning, steps_per_batch {CHUNK}": lambda n, d: run_td3_lightning(n, d, ("--data.steps_per_batch", str(CHUNK))),
+    "sb3": run_sb3,
+    "plain": run_plain,
+}
 # --ablations: td3_lightning with one of its speed-ups switched off
 ABLATIONS = {
     "td3_lightning, no flush_denormal": lambda n, d: run_td3_lightning(n, d, ("--model.flush_denormal", "false")),
@@ -186,11 +195,12 @@ def main() -> None:
     for n in names:
         runs = ", ".join(f"{x['steps_per_sec']:.1f}" for x in results[n])
         print(f"| {n} | {med[n]:.1f} | {runs} |")
-    if "td3_lightning" in med:
-        for other in ("sb3", "plain"):
-            if other in med:
-                print(f"\ntd3_lightning / {other}: {med['td3_lightning'] / med[other]:.2f}x", end="")
-        print()
+    ours = [n for n in med if n.startswith("td3_lightning") and n in RUNNERS]
+    for n in ours:
+        ratios = [f"/ {other}: {med[n] / med[other]:.2f}x" for other in ("sb3", "plain") if other in med]
+        if ratios:
+            print(f"\n{n} " + ", ".join(ratios), end="")
+    print()
     if "plain" in results:
         keys = [k for k in results["plain"][0] if k.startswith("ms ")]
         split = {k[3:]: statistics.median(x[k] for x in results["plain"]) for k in keys}
@@ -198,10 +208,10 @@ def main() -> None:
         print("| phase | ms |\n|---|---:|")
         for k, v in split.items():
             print(f"| {k} | {v:.3f} |")
-        if "td3_lightning" in med:
-            overhead = 1000 / med["td3_lightning"] - 1000 / med["plain"]
-            share = overhead / (1000 / med["td3_lightning"])
-            print(f"| framework overhead (td3_lightning - plain) | {overhead:.3f} ({100 * share:.1f}% of a step) |")
+        for n in ours:
+            overhead = 1000 / med[n] - 1000 / med["plain"]
+            share = overhead / (1000 / med[n])
+            print(f"| framework overhead ({n} - plain) | {overhead:.3f} ({100 * share:.1f}% of a step) |")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from td3_lightning.checkpointing import atomic_path
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
-from td3_lightning.data import RANK_SEED_STRIDE, TRAIN_SEED_OFFSET, ReplayDataModule
+from td3_lightning.data import RANK_SEED_STRIDE, TRAIN_SEED_OFFSET, ReplayChunk, ReplayDataModule
 from td3_lightning.errors import UserInputError
 from td3_lightning.module import NonFiniteError
 
@@ -89,13 +89,27 @@ class EnvLoop(L.Callback):
         while len(dm.buffer) < dm.warmup_steps:
             self._step(dm, self._random_actions())
         self._clock = (time.perf_counter(), self.env_steps)
+        dm.collect = lambda: self.collect(trainer, pl_module)  # for the later steps of a ReplayChunk
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._transitions_from_step:  # one env step per training step in that loop
             self.train_transitions = trainer.global_step
             self._transitions_from_step = False
+        steps = trainer.datamodule.steps_per_batch
+        if steps > 1 and trainer._val_check_time_interval is None and trainer.val_check_batch != float("inf"):
+            # Lightning counts batches to the next validation; val_check_interval counts training steps
+            trainer.val_check_batch = max(1, int(trainer.val_check_batch) // steps)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self.collect(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if isinstance(batch, ReplayChunk) and batch.steps > 1:
+            # Lightning's logging step counts batches; keep it at the training step, as with one step per batch
+            trainer.fit_loop.epoch_loop._batches_that_stepped += batch.steps - 1
+
+    def collect(self, trainer: L.Trainer, pl_module: Any) -> None:
+        """The env steps due before the next training step (``global_step + 1``)."""
         dm = trainer.datamodule
         target = math.ceil((trainer.global_step + 1) / dm.utd_ratio - 1e-9)
         while self.train_transitions < target:

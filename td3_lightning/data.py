@@ -37,6 +37,10 @@ TRAIN_SEED_OFFSET = 2**20
 # episodes (or tracks).
 RANK_SEED_STRIDE = 2**31
 
+# What to do when an env cannot render here (MuJoCo needs an OpenGL context; on a machine
+# without a display, EGL or OSMesa gives one).
+RENDER_FIX = "for MuJoCo without a display set MUJOCO_GL=egl (or osmesa) before starting"
+
 # The replay stream reports this length so that Lightning sees a sized loader and does not
 # draw a batch ahead of the training step: each batch is sampled right before it is used.
 _ENDLESS = sys.maxsize
@@ -57,8 +61,9 @@ class ReplayStream(IterableDataset):
                 "the replay stream cannot run in DataLoader worker processes (each would copy the buffer); "
                 "use num_workers=0"
             )
+        dm = self.datamodule
         while True:
-            yield self.datamodule.next_batch()
+            yield dm.next_batch() if dm.steps_per_batch == 1 else ReplayChunk(dm, dm.next_batch())
 
 
 class ReplayLoader(DataLoader):
@@ -70,6 +75,32 @@ class ReplayLoader(DataLoader):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         pass
+
+
+class ReplayChunk:
+    """The replay batches of up to ``data.steps_per_batch`` training steps, as one Lightning batch.
+
+    The first batch is sampled when Lightning fetches the chunk, as a lone batch would be. Each
+    later one is sampled when the training step asks for it and is followed by the env steps of
+    its training step, so every step sees the same samples and the same transitions, in the same
+    order, as with one training step per batch. A chunk ends at a multiple of ``steps_per_batch``
+    training steps, at ``trainer.max_steps``, or when the trainer is asked to stop.
+    """
+
+    def __init__(self, datamodule: ReplayDataModule, first: dict[str, Tensor]) -> None:
+        self.datamodule, self.first = datamodule, first
+        self.steps = 0  # batches handed out so far
+
+    def __iter__(self) -> Iterator[dict[str, Tensor]]:
+        dm = self.datamodule
+        self.steps = 1
+        yield self.first
+        while not dm.chunk_ends():
+            batch = dm.next_batch()
+            dm.num_consumed += 1
+            dm.collect()
+            self.steps += 1
+            yield batch
 
 
 def run_episode(
@@ -231,6 +262,14 @@ class ReplayDataModule(L.LightningDataModule):
             buffer that stores each frame once (``FrameStackReplay``). None (default): the env's
             ``frame_stack`` attribute (``CarRacingPixels-v0`` has one), 1 when it has none;
             1: store whole observations.
+        steps_per_batch: training steps per Lightning batch. Lightning's loop costs about 0.5-1 ms
+            per batch (hooks, fetcher, logging), a fifth of a CPU training step of 256-256
+            networks; with N steps per batch it is paid once per N. The training itself is the
+            same (the same samples, transitions and updates, in the same order: tested
+            bit-identical). ``max_steps``, ``val_check_interval``, ``log_every_n_steps`` and
+            ``global_step`` still count training steps; ``val_check_interval``,
+            ``log_every_n_steps`` and a checkpoint's ``every_n_train_steps`` must be multiples of
+            N. Callbacks' ``on_train_batch_start/end`` run once per N steps.
         num_workers: must be 0: the buffer lives in the main process; batches are sampled there.
     """
 
@@ -256,6 +295,7 @@ class ReplayDataModule(L.LightningDataModule):
         utd_ratio: float = 1.0,
         vector_mode: str = "async",
         frame_stack: int | None = None,
+        steps_per_batch: int = 1,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -267,6 +307,7 @@ class ReplayDataModule(L.LightningDataModule):
         for name, value, least in [
             ("batch_size", batch_size, 1), ("buffer_size", buffer_size, 1), ("warmup_steps", warmup_steps, 1),
             ("eval_episodes", eval_episodes, 1), ("test_episodes", test_episodes, 1), ("num_envs", num_envs, 1),
+            ("steps_per_batch", steps_per_batch, 1),
         ]:
             if value < least:
                 raise UserInputError(f"data.{name} must be at least {least}, got {value}")
@@ -293,8 +334,11 @@ class ReplayDataModule(L.LightningDataModule):
         self.record_test, self.record_val, self.video_format = record_test, record_val, video_format
         self.tensorboard_video_every = tensorboard_video_every
         self._val_runs = 0  # validation runs of this process, the sanity check excluded
+        self._render_problem: str | None = None  # "" once a frame was rendered; see render_problem
         self.num_envs, self.utd_ratio, self.vector_mode = num_envs, utd_ratio, vector_mode
         self.frame_stack = frame_stack
+        self.steps_per_batch = steps_per_batch
+        self.collect: Callable[[], None] = _no_collector  # set by the env loop: env steps for the next training step
 
         probe = make_env(env_id, self.env_kwargs)  # fails early on a bad id, kwargs or spaces
         try:
@@ -349,6 +393,8 @@ class ReplayDataModule(L.LightningDataModule):
         return make_env(self.env_id, self.env_kwargs, render_mode=render_mode)
 
     def setup(self, stage: str) -> None:
+        if stage == "fit":
+            check_steps_per_batch(self.trainer, self.steps_per_batch)
         if stage == "fit" and self.train_env is None:
             self.train_env = self.make_train_env()
             device = self._device() if self.buffer_device == "auto" else torch.device(self.buffer_device)
@@ -356,6 +402,13 @@ class ReplayDataModule(L.LightningDataModule):
             self._sample_gen = torch.Generator(device=device)
             rank = self.trainer.global_rank if self.trainer is not None else 0
             self._sample_gen.manual_seed(int(torch.randint(2**62, (1,)).item()) + rank)
+
+    def chunk_ends(self) -> bool:
+        """Whether the current chunk of training steps is complete (see :class:`ReplayChunk`)."""
+        trainer = self.trainer
+        step = trainer.global_step
+        return (step % self.steps_per_batch == 0 or 0 <= trainer.max_steps <= step or trainer.should_stop
+                or trainer.received_sigterm)
 
     def _make_buffer(self, device: torch.device) -> ReplayBuffer | FrameStackReplay:
         """Image observations of stacked frames share their frames; anything else is stored whole."""
@@ -390,6 +443,8 @@ class ReplayDataModule(L.LightningDataModule):
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         # replay batches are sampled on the training device: skip Lightning's walk over the batch
+        if isinstance(batch, ReplayChunk):
+            return batch
         if isinstance(batch, dict) and all(isinstance(v, Tensor) and v.device == device for v in batch.values()):
             return batch
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -423,6 +478,10 @@ class ReplayDataModule(L.LightningDataModule):
         trainer = self.trainer
         video_dir = Path(trainer.log_dir or ".") / "videos"
         tensorboard = False
+
+        if record > 0 and (problem := self.render_problem()) is not None:
+            raise UserInputError(f"data.record_{stage}: {self.env_id} cannot render frames here ({problem}); "
+                                 f"{RENDER_FIX}, or set data.record_{stage} 0")
 
         def plan() -> int:  # at the start of each pass: how many episodes to render
             nonlocal tensorboard
@@ -467,7 +526,31 @@ class ReplayDataModule(L.LightningDataModule):
                           "(set data.tensorboard_video_every 0 to silence this)", stacklevel=2)
             self.tensorboard_video_every = 0
             return False
+        if logs and (problem := self.render_problem()) is not None:
+            warnings.warn(f"{self.env_id} cannot render frames here ({problem}): no TensorBoard videos; "
+                          f"{RENDER_FIX} (set data.tensorboard_video_every 0 to silence this)", stacklevel=2)
+            self.tensorboard_video_every = 0
+            return False
         return logs
+
+    def render_problem(self) -> str | None:
+        """None if the env renders an ``rgb_array`` frame in this process, else the error's first
+        line (e.g. MuJoCo without an OpenGL context). Tried once, on a throwaway env."""
+        if self._render_problem is None:
+            try:
+                env = self.make_eval_env(render_mode="rgb_array")
+                try:
+                    env.reset(seed=0)
+                    frame = env.render()
+                    if not isinstance(frame, np.ndarray) or frame.ndim != 3:
+                        raise RuntimeError(f"render() gave {type(frame).__name__}, not an RGB image")
+                finally:
+                    env.close()
+                self._render_problem = ""
+            except Exception as err:  # any backend error: report it in one line
+                lines = str(err).strip().splitlines()
+                self._render_problem = f"{type(err).__name__}: {lines[0] if lines else ''}"
+        return self._render_problem or None
 
     def val_dataloader(self) -> DataLoader:
         return self._episodes("val", self.eval_seed, self.eval_episodes, self.record_val)
@@ -513,3 +596,30 @@ class ReplayDataModule(L.LightningDataModule):
             self._sample_gen.set_state(state["sample_rng"])
         device = self.buffer.device
         self._pending = deque({k: v.to(device) for k, v in b.items()} for b in state.get("in_flight", []))
+
+
+def _no_collector() -> None:
+    raise UserInputError("data.steps_per_batch > 1 needs the EnvLoop callback (TD3.configure_callbacks adds it)")
+
+
+def check_steps_per_batch(trainer: L.Trainer | None, steps_per_batch: int) -> None:
+    """Refuse, in one line, step counts that a chunk of ``steps_per_batch`` training steps per
+    Lightning batch would skip over: validation, logging and step-based checkpoints happen at
+    the end of a batch, so their intervals must be multiples of it."""
+    if trainer is None or steps_per_batch == 1:
+        return
+    intervals = [("trainer.log_every_n_steps", trainer.log_every_n_steps)]
+    val = trainer.val_check_interval
+    if isinstance(val, int) and not isinstance(val, bool) and trainer._val_check_time_interval is None:
+        intervals.append(("trainer.val_check_interval", val))
+    for cb in trainer.checkpoint_callbacks:
+        every = getattr(cb, "_every_n_train_steps", 0)
+        if every:
+            intervals.append(("checkpoint.every_n_train_steps", every))
+    for name, value in intervals:
+        if value % steps_per_batch:
+            raise UserInputError(
+                f"{name} ({value}) is not a multiple of data.steps_per_batch ({steps_per_batch}); "
+                f"set it to a multiple (e.g. {max(steps_per_batch, value // steps_per_batch * steps_per_batch)}) "
+                "or change data.steps_per_batch"
+            )

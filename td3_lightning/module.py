@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
@@ -219,10 +220,18 @@ class TD3(L.LightningModule):
             for group in opt.optimizer.param_groups:
                 group["lr"] = base * factor
 
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+    def training_step(self, batch: dict[str, Tensor] | Iterable[dict[str, Tensor]], batch_idx: int) -> None:
+        """One training step per replay batch; a chunk of batches (``data.steps_per_batch``) is
+        one training step per batch it yields."""
         critic_opt, actor_opt = self.optimizers()  # type: ignore[misc]
         if getattr(self, "_ddp_wrapper", None) is not None:  # see on_train_start
             self._ddp_wrapper.require_backward_grad_sync = False
+        for one in (batch,) if isinstance(batch, dict) else batch:
+            self.td3_step(one, critic_opt, actor_opt)
+
+    def td3_step(self, batch: dict[str, Tensor], critic_opt: Any, actor_opt: Any) -> None:
+        """The TD3 update on one replay batch: the critics every step; the actor and the
+        target networks every ``policy_freq`` steps."""
         self._apply_lr_schedule(critic_opt, actor_opt)
         critic_loss, actor_loss = self._loss_functions()
         loss_q, q = critic_loss(batch, self._standard_normal(batch["action"]))

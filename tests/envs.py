@@ -113,6 +113,19 @@ class NonFiniteEnv(ConstantRewardEnv):
         return obs, reward, terminated, truncated, info
 
 
+class NoDisplayEnv(ConstantRewardEnv):
+    """Says it renders rgb_array frames but fails to, as MuJoCo does without an OpenGL context."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, render_mode: str | None = None):
+        super().__init__()
+        self.render_mode = render_mode
+
+    def render(self):
+        raise RuntimeError("an OpenGL platform library has not been loaded into this process\nsecond line")
+
+
 def register() -> None:
     for name, cls in [
         ("ConstantReward-v0", ConstantRewardEnv),
@@ -122,6 +135,7 @@ def register() -> None:
         ("ImageObs-v0", ImageObsEnv),
         ("NonFinite-v0", NonFiniteEnv),
         ("TwoActions-v0", TwoActionEnv),
+        ("NoDisplay-v0", NoDisplayEnv),
     ]:
         env_id = f"td3test/{name}"
         if env_id not in gym.registry:

@@ -107,3 +107,26 @@ def test_tensorboard_gets_eval_videos_every_n_validations_and_the_val_return_as_
     assert len(val) == 3
     assert [e.value for e in events.Scalars("hp_metric")] == val  # no -1 placeholder
     assert "_hparams_/experiment" in events.PluginTagToContent("hparams")
+
+
+def test_an_env_that_cannot_render_here_costs_the_videos_not_the_training(tmp_path):
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from td3_lightning.errors import UserInputError
+
+    L.seed_everything(0)
+    dm = ReplayDataModule("td3test/NoDisplay-v0", warmup_steps=20, batch_size=8, buffer_size=200, eval_episodes=1,
+                          tensorboard_video_every=1)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8, 8])
+    trainer = quiet_trainer(max_steps=40, logger=TensorBoardLogger(tmp_path, name="tb"), val_check_interval=20)
+    with pytest.warns(UserWarning, match=r"cannot render frames here \(RuntimeError: an OpenGL platform library has "
+                                         r"not been loaded into this process\): no TensorBoard videos; for MuJoCo "
+                                         r"without a display set MUJOCO_GL=egl"):
+        trainer.fit(model, dm)
+    assert trainer.global_step == 40 and dm.tensorboard_video_every == 0
+    assert trainer.callback_metrics["val/return"].item() == 20.0
+
+    dm.record_test = 1
+    with pytest.raises(UserInputError, match=r"^data.record_test: td3test/NoDisplay-v0 cannot render frames here "
+                                             r"\(RuntimeError: .*\); for MuJoCo .*, or set data.record_test 0$"):
+        quiet_trainer().test(model, dm)

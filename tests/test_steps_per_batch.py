@@ -1,0 +1,101 @@
+"""Several training steps per Lightning batch (``data.steps_per_batch``): the same training,
+step for step, and the same step counts, as one training step per batch."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from conftest import quiet_trainer
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from td3_lightning import TD3, EnvLoop, ReplayDataModule
+from td3_lightning.errors import UserInputError
+
+ENV = "td3test/ConstantReward-v0"
+
+
+class _Counts(Callback):
+    """What the loop did: batches, validations (at which training step), logging steps."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.validations: list[int] = []
+        self.log_steps: list[int] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.batches += 1
+
+    def on_validation_start(self, trainer, pl_module):
+        self.validations.append(trainer.global_step)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer._logger_connector.should_update_logs:
+            self.log_steps.append(trainer.fit_loop.epoch_loop._batches_that_stepped + 1)
+
+
+def _train(steps_per_batch: int, max_steps: int = 60, ckpt_path=None, callbacks=(), **data):
+    L.seed_everything(5)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=60, eval_episodes=1,
+                          steps_per_batch=steps_per_batch, **data)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], policy_freq=3)
+    counts = _Counts()
+    trainer = quiet_trainer(max_steps=max_steps, val_check_interval=28, log_every_n_steps=28,
+                            callbacks=[EnvLoop(), counts, *callbacks], enable_checkpointing=bool(callbacks))
+    trainer.fit(model, dm, ckpt_path=ckpt_path)
+    return model, dm, trainer, counts
+
+
+def _assert_same_training(a, b) -> None:
+    (model_a, dm_a, trainer_a, _), (model_b, dm_b, trainer_b, _) = a, b
+    assert trainer_a.global_step == trainer_b.global_step
+    assert (model_a.num_critic_updates, model_a.num_actor_updates) == (model_b.num_critic_updates,
+                                                                        model_b.num_actor_updates)
+    sa, sb = model_a.state_dict(), model_b.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    for field in ("obs", "action", "reward", "next_obs", "terminated"):
+        assert torch.equal(getattr(dm_a.buffer, field), getattr(dm_b.buffer, field)), field
+    for opt_a, opt_b in zip(trainer_a.optimizers, trainer_b.optimizers):
+        st_a, st_b = opt_a.state_dict()["state"], opt_b.state_dict()["state"]
+        assert all(torch.equal(st_a[i]["exp_avg"], st_b[i]["exp_avg"]) for i in st_a)
+
+
+@pytest.mark.parametrize("steps_per_batch, batches", [(4, 15), (7, 9)])  # 7: chunks end at 7, 14, ..., 56, 60
+def test_chunks_train_bit_for_bit_like_one_step_per_batch(steps_per_batch, batches):
+    one, chunked = _train(1), _train(steps_per_batch)
+    _assert_same_training(one, chunked)
+    assert one[2].global_step == 60 and one[0].num_actor_updates == 20
+    assert one[3].batches == 60 and chunked[3].batches == batches
+    assert one[3].validations == chunked[3].validations == [28, 56]
+    assert one[3].log_steps == chunked[3].log_steps == [28, 56]
+    assert one[1].num_sampled == chunked[1].num_sampled == 60  # no batch drawn ahead, none lost
+
+
+def test_a_chunk_stops_at_max_steps_and_keeps_two_envs_in_step():
+    one = _train(1, max_steps=58, num_envs=2, vector_mode="sync")
+    chunked = _train(14, max_steps=58, num_envs=2, vector_mode="sync")  # 14 divides 28 and 14
+    _assert_same_training(one, chunked)
+    assert chunked[2].global_step == 58 and chunked[3].batches == 5  # 14, 28, 42, 56, 58
+    assert chunked[3].validations == [28, 56]
+
+
+def test_resume_between_chunks_continues_exactly(tmp_path):
+    straight = _train(1)
+    every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=40, save_top_k=-1, filename="s{step}",
+                            auto_insert_metric_name=False)
+    _train(4, max_steps=40, callbacks=[every])  # 40 steps + 20 warm-up: at an episode end (20-step episodes)
+    resumed = _train(4, ckpt_path=tmp_path / "s40.ckpt")
+    _assert_same_training(straight, resumed)
+    assert resumed[3].validations == [56] and resumed[3].batches == 5  # 20 steps in chunks of 4
+    assert resumed[3].log_steps == [56]
+
+
+def test_intervals_that_a_chunk_would_skip_are_refused():
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=60, steps_per_batch=8)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16])
+    every = ModelCheckpoint(every_n_train_steps=100)
+    trainer = quiet_trainer(max_steps=16, log_every_n_steps=16, callbacks=[EnvLoop(), every], enable_checkpointing=True)
+    with pytest.raises(UserInputError, match=r"^checkpoint.every_n_train_steps \(100\) is not a multiple of "
+                                             r"data.steps_per_batch \(8\); set it to a multiple \(e.g. 96\)"):
+        trainer.fit(model, dm)
