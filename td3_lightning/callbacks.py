@@ -95,7 +95,7 @@ class EnvLoop(L.Callback):
         if self._transitions_from_step:  # one env step per training step in that loop
             self.train_transitions = trainer.global_step
             self._transitions_from_step = False
-        steps = trainer.datamodule.steps_per_batch
+        steps = trainer.datamodule.chunk_steps
         if steps > 1 and trainer._val_check_time_interval is None and trainer.val_check_batch != float("inf"):
             # Lightning counts batches to the next validation; val_check_interval counts training steps
             trainer.val_check_batch = max(1, int(trainer.val_check_batch) // steps)
@@ -185,8 +185,9 @@ class EnvLoop(L.Callback):
 
     def _check_finite(self, dm: ReplayDataModule, trainer: L.Trainer | None, *named: Any) -> None:
         """Stop before a NaN or infinity reaches the env or the replay buffer."""
-        for name, value in zip(named[::2], named[1::2]):
-            if not np.isfinite(np.asarray(value, dtype=np.float64)).all():
+        for value in named[1::2]:
+            array = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=np.float64)
+            if array.dtype.kind in "fc" and not np.isfinite(array).all():  # integers and bools are finite
                 self._non_finite(dm, trainer, *named)
 
     def _non_finite(self, dm: ReplayDataModule, trainer: L.Trainer | None, *named: Any) -> None:

@@ -26,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from td3_lightning.callbacks import RLProgressBar, TestReport
 from td3_lightning.checkpointing import ModelCheckpoint, with_atomic_checkpoint_io
-from td3_lightning.data import ReplayDataModule, check_steps_per_batch
+from td3_lightning.data import ReplayDataModule
 from td3_lightning.errors import UserInputError
 from td3_lightning.module import TD3, check_checkpoint_meta
 from td3_lightning.plots import LearningCurve
@@ -164,10 +164,7 @@ class TD3CLI(LightningCLI):
             _SEED_LOG.info(f"Seed set to {seed}")
         config = self._get(self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
-        trainer = super().instantiate_trainer(**kwargs)
-        if self.subcommand == "fit":  # before the logger writes its folder
-            check_steps_per_batch(trainer, self.datamodule.steps_per_batch)
-        return trainer
+        return super().instantiate_trainer(**kwargs)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Trainer:
         """Leave out the CLI's own checkpoint callback or progress bar when the user turned

@@ -6,6 +6,7 @@ validation and test data are streams of finished deterministic episodes, one per
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import warnings
@@ -18,13 +19,13 @@ import gymnasium as gym
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from td3_lightning.checkpointing import atomic_path
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
-from td3_lightning.envs import EnvSpec, check_spaces, make_env
+from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env
 from td3_lightning.errors import UserInputError
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer
 
@@ -63,7 +64,7 @@ class ReplayStream(IterableDataset):
             )
         dm = self.datamodule
         while True:
-            yield dm.next_batch() if dm.steps_per_batch == 1 else ReplayChunk(dm, dm.next_batch())
+            yield dm.next_batch() if dm.chunk_steps == 1 else ReplayChunk(dm, dm.next_batch())
 
 
 class ReplayLoader(DataLoader):
@@ -83,7 +84,7 @@ class ReplayChunk:
     The first batch is sampled when Lightning fetches the chunk, as a lone batch would be. Each
     later one is sampled when the training step asks for it and is followed by the env steps of
     its training step, so every step sees the same samples and the same transitions, in the same
-    order, as with one training step per batch. A chunk ends at a multiple of ``steps_per_batch``
+    order, as with one training step per batch. A chunk ends at a multiple of ``chunk_steps``
     training steps, at ``trainer.max_steps``, or when the trainer is asked to stop.
     """
 
@@ -263,13 +264,15 @@ class ReplayDataModule(L.LightningDataModule):
             ``frame_stack`` attribute (``CarRacingPixels-v0`` has one), 1 when it has none;
             1: store whole observations.
         steps_per_batch: training steps per Lightning batch. Lightning's loop costs about 0.5-1 ms
-            per batch (hooks, fetcher, logging), a fifth of a CPU training step of 256-256
-            networks; with N steps per batch it is paid once per N. The training itself is the
-            same (the same samples, transitions and updates, in the same order: tested
-            bit-identical). ``max_steps``, ``val_check_interval``, ``log_every_n_steps`` and
-            ``global_step`` still count training steps; ``val_check_interval``,
-            ``log_every_n_steps`` and a checkpoint's ``every_n_train_steps`` must be multiples of
-            N. Callbacks' ``on_train_batch_start/end`` run once per N steps.
+            per batch (hooks, fetcher, logging), a sixth of a CPU training step of 256-256
+            networks; with N steps per batch it is paid once per N. The training is the same
+            (the same samples, transitions and updates, in the same order: tested bit for
+            bit). ``max_steps``, ``val_check_interval``, ``log_every_n_steps`` and
+            ``global_step`` still count training steps. Validation, logging and a checkpoint's
+            ``every_n_train_steps`` happen at the end of a batch: when one of them is not a
+            multiple of N, the fit runs with their greatest common divisor instead, and says
+            so. Callbacks' ``on_train_batch_start/end`` run once per batch. The shipped configs
+            use 8.
         num_workers: must be 0: the buffer lives in the main process; batches are sampled there.
     """
 
@@ -338,6 +341,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.num_envs, self.utd_ratio, self.vector_mode = num_envs, utd_ratio, vector_mode
         self.frame_stack = frame_stack
         self.steps_per_batch = steps_per_batch
+        self.chunk_steps = steps_per_batch  # what this fit uses (see chunk_steps)
         self.collect: Callable[[], None] = _no_collector  # set by the env loop: env steps for the next training step
 
         probe = make_env(env_id, self.env_kwargs)  # fails early on a bad id, kwargs or spaces
@@ -355,7 +359,7 @@ class ReplayDataModule(L.LightningDataModule):
         if self.train_env_kwargs != self.env_kwargs:
             make_env(env_id, self.train_env_kwargs).close()
 
-        self.train_env: gym.vector.VectorEnv | None = None
+        self.train_env: gym.vector.VectorEnv | SingleEnv | None = None
         self.eval_env: gym.Env | None = None
         self.buffer: ReplayBuffer | None = None
         self._sample_gen: torch.Generator | None = None
@@ -379,10 +383,13 @@ class ReplayDataModule(L.LightningDataModule):
         return list(self.spec.action_high)
 
     # ------------------------------------------------------------- setup
-    def make_train_env(self) -> gym.vector.VectorEnv:
+    def make_train_env(self) -> gym.vector.VectorEnv | SingleEnv:
         """The training envs as one vector env that never autoresets (the env loop resets
-        finished envs itself, with their own seeds, so no transition crosses a reset)."""
+        finished envs itself, with their own seeds, so no transition crosses a reset); one env
+        on its own, behind the same calls (:class:`SingleEnv`)."""
         env_id, kwargs = self.env_id, dict(self.train_env_kwargs)
+        if self.num_envs == 1:
+            return SingleEnv(make_env(env_id, kwargs))
         fns = [lambda: make_env(env_id, kwargs) for _ in range(self.num_envs)]
         mode = gym.vector.AutoresetMode.DISABLED
         if self.num_envs > 1 and self.vector_mode == "async":
@@ -394,7 +401,13 @@ class ReplayDataModule(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit":
-            check_steps_per_batch(self.trainer, self.steps_per_batch)
+            self.chunk_steps, lowered_by = chunk_steps(self.trainer, self.steps_per_batch)
+            if lowered_by:
+                rank_zero_warn(
+                    f"data.steps_per_batch {self.steps_per_batch} runs as {self.chunk_steps} training steps per batch "
+                    f"so that every step of {', '.join(lowered_by)} ends a batch; intervals that are multiples of "
+                    f"{self.steps_per_batch} keep the full speed-up"
+                )
         if stage == "fit" and self.train_env is None:
             self.train_env = self.make_train_env()
             device = self._device() if self.buffer_device == "auto" else torch.device(self.buffer_device)
@@ -407,7 +420,7 @@ class ReplayDataModule(L.LightningDataModule):
         """Whether the current chunk of training steps is complete (see :class:`ReplayChunk`)."""
         trainer = self.trainer
         step = trainer.global_step
-        return (step % self.steps_per_batch == 0 or 0 <= trainer.max_steps <= step or trainer.should_stop
+        return (step % self.chunk_steps == 0 or 0 <= trainer.max_steps <= step or trainer.should_stop
                 or trainer.received_sigterm)
 
     def _make_buffer(self, device: torch.device) -> ReplayBuffer | FrameStackReplay:
@@ -602,24 +615,24 @@ def _no_collector() -> None:
     raise UserInputError("data.steps_per_batch > 1 needs the EnvLoop callback (TD3.configure_callbacks adds it)")
 
 
-def check_steps_per_batch(trainer: L.Trainer | None, steps_per_batch: int) -> None:
-    """Refuse, in one line, step counts that a chunk of ``steps_per_batch`` training steps per
-    Lightning batch would skip over: validation, logging and step-based checkpoints happen at
-    the end of a batch, so their intervals must be multiples of it."""
+def chunk_steps(trainer: L.Trainer | None, steps_per_batch: int) -> tuple[int, list[str]]:
+    """The training steps per batch a fit can use: validation, logging and step-based
+    checkpoints happen at the end of a batch, so chunks end at multiples of the greatest common
+    divisor of ``steps_per_batch`` and those intervals. Also returns, by name, the intervals
+    that are not multiples of ``steps_per_batch``."""
     if trainer is None or steps_per_batch == 1:
-        return
+        return steps_per_batch, []
     intervals = [("trainer.log_every_n_steps", trainer.log_every_n_steps)]
-    val = trainer.val_check_interval
+    val = getattr(trainer, "val_check_interval", None)  # unset when the interval is a time
     if isinstance(val, int) and not isinstance(val, bool) and trainer._val_check_time_interval is None:
         intervals.append(("trainer.val_check_interval", val))
     for cb in trainer.checkpoint_callbacks:
         every = getattr(cb, "_every_n_train_steps", 0)
         if every:
             intervals.append(("checkpoint.every_n_train_steps", every))
+    steps, lowered_by = steps_per_batch, []
     for name, value in intervals:
-        if value % steps_per_batch:
-            raise UserInputError(
-                f"{name} ({value}) is not a multiple of data.steps_per_batch ({steps_per_batch}); "
-                f"set it to a multiple (e.g. {max(steps_per_batch, value // steps_per_batch * steps_per_batch)}) "
-                "or change data.steps_per_batch"
-            )
+        if value > 0 and value % steps_per_batch:
+            steps = math.gcd(steps, value)
+            lowered_by.append(f"{name} {value}")
+    return steps, lowered_by

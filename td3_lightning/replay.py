@@ -75,6 +75,8 @@ class ReplayBuffer(_Replay):
         self.terminated = torch.zeros(capacity, dtype=torch.bool, device=self.device)
         self.pos = 0  # next slot to write
         self.size = 0  # filled slots
+        # on the CPU, writes go through numpy views of the same memory (about 3 us instead of 60)
+        self._host = [getattr(self, f).numpy() for f in FIELDS] if self.device.type == "cpu" else None
 
     @property
     def bytes_per_transition(self) -> int:
@@ -86,6 +88,16 @@ class ReplayBuffer(_Replay):
         n = len(reward)
         if n > self.capacity:
             raise ValueError(f"cannot add {n} transitions at once to a buffer of capacity {self.capacity}")
+        if self._host is not None and self.pos + n <= self.capacity:
+            rows = slice(self.pos, self.pos + n)
+            for dst, src in zip(self._host, (obs, action, reward, next_obs, terminated)):
+                dst[rows] = src  # numpy casts to the field's dtype as torch.as_tensor(..., dtype) does
+        else:
+            self._add_indexed(n, obs, action, reward, next_obs, terminated)
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def _add_indexed(self, n: int, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
         idx = (torch.arange(n) + self.pos) % self.capacity
         idx = idx.to(self.device)
         self.obs[idx] = torch.as_tensor(np.asarray(obs), device=self.device, dtype=self.obs.dtype)
@@ -93,8 +105,6 @@ class ReplayBuffer(_Replay):
         self.reward[idx] = torch.as_tensor(np.asarray(reward), device=self.device, dtype=torch.float32)
         self.next_obs[idx] = torch.as_tensor(np.asarray(next_obs), device=self.device, dtype=self.obs.dtype)
         self.terminated[idx] = torch.as_tensor(np.asarray(terminated), device=self.device, dtype=torch.bool)
-        self.pos = (self.pos + n) % self.capacity
-        self.size = min(self.size + n, self.capacity)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """``batch_size`` transitions drawn uniformly with replacement from the filled slots."""

@@ -91,3 +91,21 @@ def test_add_batch_equals_adding_one_by_one_across_the_wrap():
     assert (many.pos, many.size) == (one.pos, one.size) == (2, 5)
     for f in ("obs", "action", "reward", "next_obs", "terminated"):
         assert torch.equal(getattr(one, f), getattr(many, f)), f
+
+
+def test_cpu_writes_through_numpy_equal_the_indexed_torch_writes():
+    """The CPU fast path (numpy views, contiguous rows) against the general indexed path, with
+    float64 inputs cast to the float32 fields and a batch that wraps around the end."""
+    rng = np.random.default_rng(0)
+    fast, indexed = ReplayBuffer(7, (3,), 2), ReplayBuffer(7, (3,), 2)
+    indexed._host = None  # force the indexed torch writes
+    for n in (1, 2, 3, 2, 4, 2):  # the 2 at pos 6 wraps (indexed path on both), the rest are contiguous
+        batch = (rng.normal(size=(n, 3)), rng.normal(size=(n, 2)), rng.normal(size=n) * 1e3,
+                 rng.normal(size=(n, 3)), rng.random(n) < 0.5)
+        fast.add_batch(*batch)
+        indexed.add_batch(*batch)
+        assert (fast.pos, fast.size) == (indexed.pos, indexed.size)
+    for f in ("obs", "action", "reward", "next_obs", "terminated"):
+        assert torch.equal(getattr(fast, f), getattr(indexed, f)), f
+    assert fast.reward.dtype == torch.float32 and fast.terminated.dtype == torch.bool
+    assert fast.terminated.any() and not fast.terminated.all()

@@ -10,7 +10,7 @@ from conftest import quiet_trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
-from td3_lightning.errors import UserInputError
+from td3_lightning.data import chunk_steps
 
 ENV = "td3test/ConstantReward-v0"
 
@@ -90,12 +90,22 @@ def test_resume_between_chunks_continues_exactly(tmp_path):
     assert resumed[3].log_steps == [56]
 
 
-def test_intervals_that_a_chunk_would_skip_are_refused():
-    L.seed_everything(0)
-    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=60, steps_per_batch=8)
-    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16])
-    every = ModelCheckpoint(every_n_train_steps=100)
-    trainer = quiet_trainer(max_steps=16, log_every_n_steps=16, callbacks=[EnvLoop(), every], enable_checkpointing=True)
-    with pytest.raises(UserInputError, match=r"^checkpoint.every_n_train_steps \(100\) is not a multiple of "
-                                             r"data.steps_per_batch \(8\); set it to a multiple \(e.g. 96\)"):
-        trainer.fit(model, dm)
+def test_intervals_that_a_chunk_would_skip_lower_it_to_their_common_divisor(tmp_path):
+    every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=30, save_top_k=-1, filename="s{step}",
+                            auto_insert_metric_name=False)
+    with pytest.warns(UserWarning, match=r"data.steps_per_batch 8 runs as 2 training steps per batch so that every "
+                                         r"step of trainer.log_every_n_steps 28, trainer.val_check_interval 28, "
+                                         r"checkpoint.every_n_train_steps 30 ends a batch"):
+        lowered = _train(8, callbacks=[every])
+    _assert_same_training(_train(1), lowered)
+    assert lowered[1].chunk_steps == 2 and lowered[3].batches == 30
+    assert lowered[3].validations == [28, 56] and lowered[3].log_steps == [28, 56]
+    assert sorted(p.name for p in tmp_path.glob("s*.ckpt")) == ["s30.ckpt", "s60.ckpt"]
+
+
+def test_chunk_steps_is_the_gcd_of_the_intervals_it_must_hit():
+    trainer = quiet_trainer(val_check_interval=30, log_every_n_steps=50)
+    assert chunk_steps(trainer, 8) == (2, ["trainer.log_every_n_steps 50", "trainer.val_check_interval 30"])
+    assert chunk_steps(quiet_trainer(val_check_interval=1000, log_every_n_steps=200), 8) == (8, [])
+    assert chunk_steps(quiet_trainer(val_check_interval="00:00:01:00", log_every_n_steps=40), 8) == (8, [])
+    assert chunk_steps(trainer, 1) == (1, [])

@@ -64,3 +64,57 @@ def test_bad_vector_options_are_refused():
         ReplayDataModule("td3test/Counting-v0", vector_mode="threads")
     with pytest.raises(UserInputError, match="num_envs"):
         ReplayDataModule("td3test/Counting-v0", num_envs=0)
+
+
+def test_one_env_without_the_vector_wrapper_trains_exactly_as_inside_it(monkeypatch):
+    """SingleEnv (one env, no gymnasium vector wrapper) against SyncVectorEnv of one env: the
+    same transitions, episodes and weights. Counting-v0's observations carry the reset seed."""
+    import gymnasium as gym
+
+    from td3_lightning.envs import SingleEnv
+
+    _, model_a, dm_a, loop_a = fit(60)
+    assert isinstance(dm_a.make_train_env(), SingleEnv)  # the default for one env
+
+    def vector_of_one(self):
+        env_id, kwargs = self.env_id, dict(self.train_env_kwargs)
+        return gym.vector.SyncVectorEnv([lambda: gym.make(env_id, **kwargs)],
+                                        autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+
+    monkeypatch.setattr(ReplayDataModule, "make_train_env", vector_of_one)
+    _, model_b, dm_b, loop_b = fit(60)
+    assert (loop_a.env_steps, loop_a.episodes) == (loop_b.env_steps, loop_b.episodes) == (72, 12)
+    for field in ("obs", "action", "reward", "next_obs", "terminated"):
+        assert torch.equal(getattr(dm_a.buffer, field), getattr(dm_b.buffer, field)), field
+    sa, sb = model_a.state_dict(), model_b.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_single_env_returns_batched_copies_in_the_space_dtype():
+    import gymnasium as gym
+    import numpy as np
+
+    from td3_lightning.envs import SingleEnv
+
+    class SameArray(gym.Env):  # returns one float64 array, changed in place at every step
+        observation_space = gym.spaces.Box(-10, 10, (2,), np.float32)
+        action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+        def __init__(self):
+            self.state = np.zeros(2)
+
+        def reset(self, *, seed=None, options=None):
+            self.state[:] = seed or 0
+            return self.state, {}
+
+        def step(self, action):
+            self.state += action[0]
+            return self.state, 0.5, False, True, {}
+
+    env = SingleEnv(SameArray())
+    obs, _ = env.reset(seed=[3])
+    nxt, reward, terminated, truncated, _ = env.step(np.array([[1.0]], dtype=np.float32))
+    assert obs.dtype == nxt.dtype == np.float32 and obs.shape == nxt.shape == (1, 2)
+    assert obs.tolist() == [[3.0, 3.0]] and nxt.tolist() == [[4.0, 4.0]]  # obs not changed by the step
+    assert reward.tolist() == [0.5] and terminated.tolist() == [False] and truncated.tolist() == [True]
+    assert reward.dtype == np.float64 and terminated.dtype == truncated.dtype == np.bool_

@@ -103,3 +103,32 @@ def check_spaces(env: gym.Env, env_id: str, vector_obs: bool = True) -> EnvSpec:
         )
     frame_stack = int(getattr(env.unwrapped, "frame_stack", 1)) if image else 1
     return EnvSpec(tuple(obs.shape), obs.dtype, low.tolist(), high.tolist(), frame_stack)
+
+
+class SingleEnv:
+    """One env behind the vector-env calls the env loop makes, without gymnasium's vector
+    wrapper (about 0.1 ms less per step). It answers like ``SyncVectorEnv`` with autoreset off:
+    ``reset(seed=[s])`` and ``step(actions)`` take and return arrays with a leading axis of 1;
+    observations are copies, in the observation space's dtype."""
+
+    num_envs = 1
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env = env
+        self.single_observation_space = env.observation_space
+        self.single_action_space = env.action_space
+        self._obs_dtype = env.observation_space.dtype
+
+    def reset(self, *, seed: list[int | None] | int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        # options: only a reset mask, and for one env the loop resets only when it is set
+        obs, info = self.env.reset(seed=seed[0] if isinstance(seed, (list, tuple)) else seed)
+        return np.array(obs, dtype=self._obs_dtype)[None], info
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(actions[0])
+        return (np.array(obs, dtype=self._obs_dtype)[None], np.array([reward], dtype=np.float64),
+                np.array([terminated], dtype=np.bool_), np.array([truncated], dtype=np.bool_), info)
+
+    def close(self) -> None:
+        self.env.close()
