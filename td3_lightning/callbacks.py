@@ -85,6 +85,8 @@ class EnvLoop(L.Callback):
         actor = pl_module.actor
         self._scale = actor.action_scale.detach().cpu().double()
         self._bias = actor.action_bias.detach().cpu().double()
+        self._scale_np = self._scale.numpy()
+        self._low_np, self._high_np = (self._bias - self._scale).numpy(), (self._bias + self._scale).numpy()
         assert dm.buffer is not None
         while len(dm.buffer) < dm.warmup_steps:
             self._step(dm, self._random_actions())
@@ -125,11 +127,12 @@ class EnvLoop(L.Callback):
         trainer = pl_module.trainer
         obs = torch.as_tensor(self._observe(trainer.datamodule, trainer), device=pl_module.device)
         with torch.no_grad():
-            action = pl_module.actor(obs).double().cpu()
-        noise = torch.randn(action.shape, generator=self._gen, dtype=torch.float64)
-        sigma = pl_module.exploration_noise_at(pl_module.trainer.global_step)
-        action = action + noise * sigma * self._scale
-        return torch.clamp(action, self._bias - self._scale, self._bias + self._scale).float().numpy()
+            action = pl_module.actor(obs).cpu().numpy().astype(np.float64)
+        noise = torch.randn(action.shape, generator=self._gen, dtype=torch.float64).numpy()
+        sigma = pl_module.exploration_noise_at(trainer.global_step)
+        # float64 numpy: the same roundings as the torch ops, at half the cost for one small action
+        action = action + noise * sigma * self._scale_np
+        return np.clip(action, self._low_np, self._high_np).astype(np.float32)
 
     def _next_seeds(self, mask: np.ndarray) -> list[int | None]:
         assert self.base_seed is not None

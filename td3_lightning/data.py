@@ -85,7 +85,7 @@ class ReplayChunk:
     later one is sampled when the training step asks for it and is followed by the env steps of
     its training step, so every step sees the same samples and the same transitions, in the same
     order, as with one training step per batch. A chunk ends at a multiple of ``chunk_steps``
-    training steps, at ``trainer.max_steps``, or when the trainer is asked to stop.
+    training steps, at ``trainer.max_steps``, or (in a single process) on a SIGTERM.
     """
 
     def __init__(self, datamodule: ReplayDataModule, first: dict[str, Tensor]) -> None:
@@ -420,8 +420,10 @@ class ReplayDataModule(L.LightningDataModule):
         """Whether the current chunk of training steps is complete (see :class:`ReplayChunk`)."""
         trainer = self.trainer
         step = trainer.global_step
-        return (step % self.chunk_steps == 0 or 0 <= trainer.max_steps <= step or trainer.should_stop
-                or trainer.received_sigterm)
+        # a SIGTERM ends the chunk at once in a single process; under DDP the ranks must agree, so
+        # it waits for the end of the chunk, where Lightning broadcasts it
+        return (step % self.chunk_steps == 0 or 0 <= trainer.max_steps <= step
+                or (trainer.world_size == 1 and trainer.received_sigterm))
 
     def _make_buffer(self, device: torch.device) -> ReplayBuffer | FrameStackReplay:
         """Image observations of stacked frames share their frames; anything else is stored whole."""

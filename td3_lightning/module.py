@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -298,14 +299,15 @@ class TD3(L.LightningModule):
 
     def _check_loss(self, slot: int, loss: Tensor) -> None:
         """Stop at the first non-finite loss of this step (``slot`` 0: critic, 1: actor)."""
-        step = self.global_step + 1  # the training step being taken
         eager = self.finite_check_every_step
         if eager is None:
             eager = loss.device.type == "cpu"
         if eager:
-            if not bool(torch.isfinite(loss)):
-                raise NonFiniteError(self._loss_message(slot, step, loss.item()))
+            value = loss.item()  # on the CPU cheaper than an isfinite kernel
+            if not math.isfinite(value):
+                raise NonFiniteError(self._loss_message(slot, self.global_step + 1, value))
             return
+        step = self.global_step + 1  # the training step being taken
         steps, values = self._first_non_finite, self._first_non_finite_value
         if steps is None or values is None or steps.device != loss.device:
             steps = self._first_non_finite = torch.full((2,), -1, dtype=torch.long, device=loss.device)

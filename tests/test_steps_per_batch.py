@@ -35,13 +35,15 @@ class _Counts(Callback):
 
 
 def _train(steps_per_batch: int, max_steps: int = 60, ckpt_path=None, callbacks=(), **data):
+    """Fit (checkpointing on only when a ModelCheckpoint is passed) and return what it did."""
     L.seed_everything(5)
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=60, eval_episodes=1,
                           steps_per_batch=steps_per_batch, **data)
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], policy_freq=3)
     counts = _Counts()
     trainer = quiet_trainer(max_steps=max_steps, val_check_interval=28, log_every_n_steps=28,
-                            callbacks=[EnvLoop(), counts, *callbacks], enable_checkpointing=bool(callbacks))
+                            callbacks=[EnvLoop(), counts, *callbacks],
+                            enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks))
     trainer.fit(model, dm, ckpt_path=ckpt_path)
     return model, dm, trainer, counts
 
@@ -109,3 +111,22 @@ def test_chunk_steps_is_the_gcd_of_the_intervals_it_must_hit():
     assert chunk_steps(quiet_trainer(val_check_interval=1000, log_every_n_steps=200), 8) == (8, [])
     assert chunk_steps(quiet_trainer(val_check_interval="00:00:01:00", log_every_n_steps=40), 8) == (8, [])
     assert chunk_steps(trainer, 1) == (1, [])
+
+
+def test_a_sigterm_ends_the_chunk_after_the_current_step():
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    class TermAtSecondBatch(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == 1:
+                trainer._signal_connector.received_sigterm = True
+
+    steps: list[int] = []
+
+    class Record(TermAtSecondBatch):
+        def on_exception(self, trainer, pl_module, exception):
+            steps.append(trainer.global_step)
+
+    with pytest.raises(SIGTERMException):
+        _train(4, callbacks=[Record()])
+    assert steps == [5]  # the first chunk (4 steps) and one step of the second
