@@ -97,18 +97,17 @@ class EnvLoop(L.Callback):
         if self._transitions_from_step:  # one env step per training step in that loop
             self.train_transitions = trainer.global_step
             self._transitions_from_step = False
-        steps = trainer.datamodule.chunk_steps
-        if steps > 1 and trainer._val_check_time_interval is None and trainer.val_check_batch != float("inf"):
-            # Lightning counts batches to the next validation; val_check_interval counts training steps
-            trainer.val_check_batch = max(1, int(trainer.val_check_batch) // steps)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self.collect(trainer, pl_module)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if isinstance(batch, ReplayChunk) and batch.steps > 1:
-            # Lightning's logging step counts batches; keep it at the training step, as with one step per batch
-            trainer.fit_loop.epoch_loop._batches_that_stepped += batch.steps - 1
+            # Lightning's batch counts (validation interval, batch_idx, the logging step) count training
+            # steps, as with one step per batch: a checkpoint resumes with any steps_per_batch
+            loop, extra = trainer.fit_loop.epoch_loop, batch.steps - 1
+            loop.batch_progress.increment_by(extra, is_last_batch=loop.batch_progress.is_last_batch)
+            loop._batches_that_stepped += extra
 
     def collect(self, trainer: L.Trainer, pl_module: Any) -> None:
         """The env steps due before the next training step (``global_step + 1``)."""

@@ -271,8 +271,9 @@ class ReplayDataModule(L.LightningDataModule):
             ``global_step`` still count training steps. Validation, logging and a checkpoint's
             ``every_n_train_steps`` happen at the end of a batch: when one of them is not a
             multiple of N, the fit runs with their greatest common divisor instead, and says
-            so. Callbacks' ``on_train_batch_start/end`` run once per batch. The shipped configs
-            use 8.
+            so. Lightning's batch counters (``batch_idx``, the logging step) count training
+            steps too, so checkpoints resume with any N. Callbacks' ``on_train_batch_start/end``
+            run once per batch. The shipped configs use 8.
         num_workers: must be 0: the buffer lives in the main process; batches are sampled there.
     """
 

@@ -71,6 +71,7 @@ def test_chunks_train_bit_for_bit_like_one_step_per_batch(steps_per_batch, batch
     assert one[3].validations == chunked[3].validations == [28, 56]
     assert one[3].log_steps == chunked[3].log_steps == [28, 56]
     assert one[1].num_sampled == chunked[1].num_sampled == 60  # no batch drawn ahead, none lost
+    assert chunked[2].fit_loop.epoch_loop.batch_progress.total.completed == 60  # counted in training steps
 
 
 def test_a_chunk_stops_at_max_steps_and_keeps_two_envs_in_step():
@@ -81,15 +82,18 @@ def test_a_chunk_stops_at_max_steps_and_keeps_two_envs_in_step():
     assert chunked[3].validations == [28, 56]
 
 
-def test_resume_between_chunks_continues_exactly(tmp_path):
+@pytest.mark.parametrize("before, after", [(4, 4), (1, 4), (4, 1), (4, 7)])
+def test_resume_continues_exactly_with_any_steps_per_batch(tmp_path, before, after):
+    """Stop at step 40 (not a multiple of the validation interval 28) and resume with the same or
+    another steps_per_batch: the same weights, and validation still at step 56."""
     straight = _train(1)
     every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=40, save_top_k=-1, filename="s{step}",
                             auto_insert_metric_name=False)
-    _train(4, max_steps=40, callbacks=[every])  # 40 steps + 20 warm-up: at an episode end (20-step episodes)
-    resumed = _train(4, ckpt_path=tmp_path / "s40.ckpt")
+    _train(before, max_steps=40, callbacks=[every])  # 40 steps + 20 warm-up: at an episode end (20-step episodes)
+    resumed = _train(after, ckpt_path=tmp_path / "s40.ckpt")
     _assert_same_training(straight, resumed)
-    assert resumed[3].validations == [56] and resumed[3].batches == 5  # 20 steps in chunks of 4
-    assert resumed[3].log_steps == [56]
+    assert resumed[3].validations == [56] and resumed[3].log_steps == [56]
+    assert resumed[2].fit_loop.epoch_loop.batch_progress.total.completed == 60  # Lightning's batch count = steps
 
 
 def test_intervals_that_a_chunk_would_skip_lower_it_to_their_common_divisor(tmp_path):
@@ -118,7 +122,7 @@ def test_a_sigterm_ends_the_chunk_after_the_current_step():
 
     class TermAtSecondBatch(Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            if batch_idx == 1:
+            if batch_idx == 4:  # batch_idx counts training steps: the second chunk of 4
                 trainer._signal_connector.received_sigterm = True
 
     steps: list[int] = []
