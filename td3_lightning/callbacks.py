@@ -97,6 +97,10 @@ class EnvLoop(L.Callback):
         if self._transitions_from_step:  # one env step per training step in that loop
             self.train_transitions = trainer.global_step
             self._transitions_from_step = False
+        progress = trainer.fit_loop.epoch_loop.batch_progress
+        behind = trainer.global_step - progress.total.ready  # ready: completed lags by one if saved mid-batch
+        if behind > 0:  # the first steps_per_batch checkpoints counted a batch of several steps as one
+            progress.increment_by(behind, is_last_batch=progress.is_last_batch)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self.collect(trainer, pl_module)

@@ -96,6 +96,24 @@ def test_resume_continues_exactly_with_any_steps_per_batch(tmp_path, before, aft
     assert resumed[2].fit_loop.epoch_loop.batch_progress.total.completed == 60  # Lightning's batch count = steps
 
 
+def test_a_checkpoint_that_counted_chunks_as_single_batches_resumes_on_step(tmp_path):
+    """The first chunked checkpoints kept Lightning's batch count at one per chunk (10 at step 40);
+    it resumes with validation still at step 56."""
+    straight = _train(1)
+    every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=40, save_top_k=-1, filename="s{step}",
+                            auto_insert_metric_name=False)
+    _train(4, max_steps=40, callbacks=[every])
+    ckpt = torch.load(tmp_path / "s40.ckpt", weights_only=False)
+    progress = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+    assert progress["total"] == {"ready": 40, "completed": 39, "started": 40, "processed": 40}  # saved mid-batch
+    for part in ("total", "current"):
+        progress[part] = {"ready": 10, "completed": 9, "started": 10, "processed": 10}  # as they were saved
+    torch.save(ckpt, tmp_path / "old.ckpt")
+    resumed = _train(4, ckpt_path=tmp_path / "old.ckpt")
+    _assert_same_training(straight, resumed)
+    assert resumed[3].validations == [56] and resumed[3].log_steps == [56]
+
+
 def test_intervals_that_a_chunk_would_skip_lower_it_to_their_common_divisor(tmp_path):
     every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=30, save_top_k=-1, filename="s{step}",
                             auto_insert_metric_name=False)
