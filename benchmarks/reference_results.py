@@ -105,25 +105,25 @@ def table() -> None:
         std = statistics.pstdev(means) if len(means) > 1 else 0.0
         per_seed = ", ".join(f"{r['test/return']:.1f}" for r in rows)
         print(f"| {name} | {len(rows)} | {statistics.mean(means):.1f} ± {std:.1f} | {per_seed} |")
-    unfinished = [(env_dir, seed, points) for env_dir in sorted(p for p in ROOT.glob("*") if p.is_dir())
-                  for seed, points in eval_curves(env_dir).items() if seed_state(env_dir / seed) != "done"]
+    # every run with an evaluation, finished or not (the event files are read once, here)
+    curves = {p.name: c for p in sorted(ROOT.glob("*")) if p.is_dir() and (c := eval_curves(p))}
+    unfinished = [(name, seed, points) for name, by_seed in curves.items()
+                  for seed, points in by_seed.items() if seed_state(ROOT / name / seed) != "done"]
     if unfinished:
         print("\nnot tested yet (training unfinished or stopped; `run` again with the same arguments continues it):")
-        for env_dir, seed, points in unfinished:
+        for name, seed, points in unfinished:
             step, value = points[-1]
             best_step, best = max(points, key=lambda p: p[1])
-            print(f"- {env_dir.name} {seed}: last evaluated at step {step} (return {value:.1f}; best {best:.1f} at {best_step})")
-    _plot()
+            print(f"- {name} {seed}: last evaluated at step {step} (return {value:.1f}; best {best:.1f} at {best_step})")
+    _plot(curves)
 
 
-def _plot() -> None:
+def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = {p.name: eval_curves(p) for p in sorted(ROOT.glob("*")) if p.is_dir()}
-    curves = {name: c for name, c in curves.items() if c}  # finished or not: every run with an evaluation
     if not curves:
         return
     fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.5), squeeze=False)

@@ -77,7 +77,7 @@ class TD3(L.LightningModule):
             (``torch.set_flush_denormal``, for the whole process: set when the module is
             created, so that the CPU threads torch starts afterwards inherit it). Values in
             that range appear in the update, and x86 CPUs compute on them many times slower:
-            LunarLander trains 10-20% faster with it on the 2-core CPU (197 vs 176 steps/s in
+            LunarLander trains 10-20% faster with it on the 2-core CPU (214 vs 185 steps/s in
             the README's benchmark). No effect on GPU math. ``false`` leaves the process's
             setting as it is.
         compile_mode: ``torch.compile`` the critic and actor losses (forward and backward)
