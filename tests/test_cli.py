@@ -159,3 +159,14 @@ def test_turning_off_checkpointing_or_the_progress_bar(option, tmp_path, monkeyp
         assert checkpoints == [] and "step 20/20" in out
     else:
         assert "steps/s" not in out  # no progress line
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parents[1] / "td3_lightning" / "configs").glob("*.yaml")))
+def test_every_shipped_config_parses(name, capsys):
+    # a key renamed in the code but not in a config would only surface when someone runs that config
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", name, "--print_config"])
+    assert exit_info.value.code in (0, None)
+    printed = capsys.readouterr().out
+    env_id = re.search(r"^  env_id: (\S+)$", printed, re.M)
+    assert env_id is not None and env_id.group(1) in (Path(__file__).parents[1] / "td3_lightning" / "configs" / name).read_text()
