@@ -96,17 +96,30 @@ def eval_curves(env_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return curves
 
 
+def _mean_std(values: list[float]) -> str:
+    return f"{statistics.mean(values):.1f} ± {statistics.pstdev(values) if len(values) > 1 else 0.0:.1f}"
+
+
 def table() -> None:
+    """Print the markdown table (tested seeds only) and the unfinished seeds; write the plot.
+
+    Two measures per config: the test return of the final policy (100 episodes, the project's
+    measure) and the best evaluation during training, the mean over seeds of each seed's highest
+    ``val/return`` (the TD3 paper's "max average return"; it depends on how often a run evaluates).
+    """
     results = collect()
-    print("| config | seeds | test return, mean ± std over seeds | per seed (mean of 100 episodes) |")
-    print("|---|---|---|---|")
-    for name, rows in results.items():
-        means = [r["test/return"] for r in rows]
-        std = statistics.pstdev(means) if len(means) > 1 else 0.0
-        per_seed = ", ".join(f"{r['test/return']:.1f}" for r in rows)
-        print(f"| {name} | {len(rows)} | {statistics.mean(means):.1f} ± {std:.1f} | {per_seed} |")
     # every run with an evaluation, finished or not (the event files are read once, here)
     curves = {p.name: c for p in sorted(ROOT.glob("*")) if p.is_dir() and (c := eval_curves(p))}
+    print("| config | seeds | test return, mean ± std over seeds | per seed (mean of 100 episodes) "
+          "| best evaluation during training, mean ± std |")
+    print("|---|---|---|---|---|")
+    for name, rows in results.items():
+        means = [r["test/return"] for r in rows]
+        per_seed = ", ".join(f"{r['test/return']:.1f}" for r in rows)
+        bests = [max(v for _, v in curves[name][seed]) for r in rows
+                 if (seed := f"seed{r['seed']:.0f}") in curves.get(name, {})]
+        best = _mean_std(bests) if len(bests) == len(rows) else "n/a (no evaluation logged)"
+        print(f"| {name} | {len(rows)} | {_mean_std(means)} | {per_seed} | {best} |")
     unfinished = [(name, seed, points) for name, by_seed in curves.items()
                   for seed, points in by_seed.items() if seed_state(ROOT / name / seed) != "done"]
     if unfinished:

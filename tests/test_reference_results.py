@@ -78,10 +78,15 @@ def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_
     assert ref.eval_curves(tmp_path / "walker2d") == {"seed0": [(5000, 100.0), (10000, 350.0), (15000, 200.0)]}
 
     finished = tmp_path / "pendulum"
-    for s, value in ((0, -140.0), (1, -150.0)):
-        (_version_dir(finished / f"seed{s}", 0) / "test_results.json").write_text(json.dumps({"test/return": value}))
+    for s, value, curve in ((0, -140.0, [(99, -300.0), (199, -130.0), (299, -145.0)]), (1, -150.0, [(99, -150.0)])):
+        version = _version_dir(finished / f"seed{s}", 0)
+        _log_vals(version, curve)
+        (version / "test_results.json").write_text(json.dumps({"test/return": value}))
+    (_version_dir(tmp_path / "lunar" / "seed0", 0) / "test_results.json").write_text(json.dumps({"test/return": 5.0}))
     ref.table()
     out = capsys.readouterr().out
-    assert "| pendulum | 2 | -145.0 ± 5.0 | -140.0, -150.0 |" in out
+    # best evaluation: seed 0's highest -130, seed 1's -150 -> -140 ± 10
+    assert "| pendulum | 2 | -145.0 ± 5.0 | -140.0, -150.0 | -140.0 ± 10.0 |" in out
+    assert "| lunar | 1 | 5.0 ± 0.0 | 5.0 | n/a (no evaluation logged) |" in out
     assert "- walker2d seed0: last evaluated at step 15000 (return 200.0; best 350.0 at 10000)" in out
     assert (tmp_path / "reference_results.png").stat().st_size > 0
