@@ -77,23 +77,32 @@ def collect() -> dict[str, list[dict[str, float]]]:
     return out
 
 
-def eval_curves(env_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Per seed, the ``val/return`` curve over all its training versions (a resumed run logs into a
-    new version folder; where two versions log the same step, the later one counts)."""
+def read_seed(seed_dir: Path) -> tuple[list[tuple[int, float]], float]:
+    """One seed's ``val/return`` curve over all its training versions (a resumed run logs into a new
+    version folder; where two versions log the same step, the later one counts), and its training
+    time in hours: per version, the wall-clock span of its logged values, summed."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    curves = {}
-    for seed_dir in sorted(env_dir.glob("seed*")):
-        points: dict[int, float] = {}
-        for version in sorted(seed_dir.glob("lightning_logs/version_*"), key=_version):
-            for events in sorted(version.glob("events.out.tfevents.*")):
-                acc = EventAccumulator(str(events))
-                acc.Reload()
-                if "val/return" in acc.Tags()["scalars"]:
-                    points.update((e.step + 1, e.value) for e in acc.Scalars("val/return"))
-        if points:
-            curves[seed_dir.name] = sorted(points.items())
-    return curves
+    points: dict[int, float] = {}
+    seconds = 0.0
+    for version in sorted(seed_dir.glob("lightning_logs/version_*"), key=_version):
+        times: list[float] = []
+        for events in sorted(version.glob("events.out.tfevents.*")):
+            acc = EventAccumulator(str(events))
+            acc.Reload()
+            for tag in acc.Tags()["scalars"]:
+                scalars = acc.Scalars(tag)
+                times += [scalars[0].wall_time, scalars[-1].wall_time]
+                if tag == "val/return":
+                    points.update((e.step + 1, e.value) for e in scalars)
+        if times:
+            seconds += max(times) - min(times)
+    return sorted(points.items()), seconds / 3600
+
+
+def read_runs(env_dir: Path) -> dict[str, tuple[list[tuple[int, float]], float]]:
+    """Per seed with evaluations: its curve and training hours (see :func:`read_seed`)."""
+    return {d.name: run for d in sorted(env_dir.glob("seed*")) if (run := read_seed(d))[0]}
 
 
 def _mean_std(values: list[float]) -> str:
@@ -109,17 +118,21 @@ def table() -> None:
     """
     results = collect()
     # every run with an evaluation, finished or not (the event files are read once, here)
-    curves = {p.name: c for p in sorted(ROOT.glob("*")) if p.is_dir() and (c := eval_curves(p))}
+    runs = {p.name: r for p in sorted(ROOT.glob("*")) if p.is_dir() and (r := read_runs(p))}
+    curves = {name: {seed: curve for seed, (curve, _) in by_seed.items()} for name, by_seed in runs.items()}
     print("| config | seeds | test return, mean ± std over seeds | per seed (mean of 100 episodes) "
-          "| best evaluation during training, mean ± std |")
-    print("|---|---|---|---|---|")
+          "| best evaluation during training, mean ± std | training hours per seed |")
+    print("|---|---|---|---|---|---|")
     for name, rows in results.items():
         means = [r["test/return"] for r in rows]
         per_seed = ", ".join(f"{r['test/return']:.1f}" for r in rows)
-        bests = [max(v for _, v in curves[name][seed]) for r in rows
-                 if (seed := f"seed{r['seed']:.0f}") in curves.get(name, {})]
-        best = _mean_std(bests) if len(bests) == len(rows) else "n/a (no evaluation logged)"
-        print(f"| {name} | {len(rows)} | {_mean_std(means)} | {per_seed} | {best} |")
+        logged = [runs[name][seed] for r in rows if (seed := f"seed{r['seed']:.0f}") in runs.get(name, {})]
+        if len(logged) == len(rows):
+            best = _mean_std([max(v for _, v in curve) for curve, _ in logged])
+            hours = ", ".join(f"{h:.2f}" for _, h in logged)
+        else:
+            best = hours = "n/a (no evaluation logged)"
+        print(f"| {name} | {len(rows)} | {_mean_std(means)} | {per_seed} | {best} | {hours} |")
     unfinished = [(name, seed, points) for name, by_seed in curves.items()
                   for seed, points in by_seed.items() if seed_state(ROOT / name / seed) != "done"]
     if unfinished:

@@ -29,10 +29,13 @@ def _version_dir(seed_dir: Path, n: int) -> Path:
     return path
 
 
-def _log_vals(version: Path, points: list[tuple[int, float]]) -> None:
+def _log_vals(version: Path, points: list[tuple[int, float]], start: float = 1000.0) -> None:
+    """``val/return`` at ``step``, one every 600 s of wall time from ``start``, and one training
+    value an hour before the first (the time counts from the first value of any tag)."""
     writer = SummaryWriter(str(version))
-    for step, value in points:
-        writer.add_scalar("val/return", value, step)
+    writer.add_scalar("train/loss", 1.0, 0, walltime=start - 3600)
+    for i, (step, value) in enumerate(points):
+        writer.add_scalar("val/return", value, step, walltime=start + 600 * i)
     writer.close()
 
 
@@ -75,7 +78,10 @@ def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_
     seed = tmp_path / "walker2d" / "seed0"
     _log_vals(_version_dir(seed, 0), [(4999, 100.0), (9999, 300.0)])
     _log_vals(_version_dir(seed, 1), [(9999, 350.0), (14999, 200.0)])  # resumed; re-logged step 10000
-    assert ref.eval_curves(tmp_path / "walker2d") == {"seed0": [(5000, 100.0), (10000, 350.0), (15000, 200.0)]}
+    curve, hours = ref.read_seed(seed)
+    assert curve == [(5000, 100.0), (10000, 350.0), (15000, 200.0)]
+    assert hours == pytest.approx(2 * (3600 + 600) / 3600)  # each version: 1 h before its first value + 600 s
+    assert list(ref.read_runs(tmp_path / "walker2d")) == ["seed0"]
 
     finished = tmp_path / "pendulum"
     for s, value, curve in ((0, -140.0, [(99, -300.0), (199, -130.0), (299, -145.0)]), (1, -150.0, [(99, -150.0)])):
@@ -86,7 +92,8 @@ def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_
     ref.table()
     out = capsys.readouterr().out
     # best evaluation: seed 0's highest -130, seed 1's -150 -> -140 ± 10
-    assert "| pendulum | 2 | -145.0 ± 5.0 | -140.0, -150.0 | -140.0 ± 10.0 |" in out
-    assert "| lunar | 1 | 5.0 ± 0.0 | 5.0 | n/a (no evaluation logged) |" in out
+    # seed 0: 3 values 600 s apart + the hour before -> 4200 s; seed 1: one value + the hour -> 3600 s
+    assert "| pendulum | 2 | -145.0 ± 5.0 | -140.0, -150.0 | -140.0 ± 10.0 | 1.33, 1.00 |" in out
+    assert "| lunar | 1 | 5.0 ± 0.0 | 5.0 | n/a (no evaluation logged) | n/a (no evaluation logged) |" in out
     assert "- walker2d seed0: last evaluated at step 15000 (return 200.0; best 350.0 at 10000)" in out
     assert (tmp_path / "reference_results.png").stat().st_size > 0
