@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from td3_lightning.cli import main
+from td3_lightning.cli import CONFIG_DIR, main
 
 TINY = [
     "--trainer.max_steps", "300", "--trainer.val_check_interval", "150", "--data.warmup_steps", "200",
@@ -161,7 +161,7 @@ def test_turning_off_checkpointing_or_the_progress_bar(option, tmp_path, monkeyp
         assert "steps/s" not in out  # no progress line
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parents[1] / "td3_lightning" / "configs").glob("*.yaml")))
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
 def test_every_shipped_config_parses(name, capsys):
     # a key renamed in the code but not in a config would only surface when someone runs that config
     with pytest.raises(SystemExit) as exit_info:
@@ -169,4 +169,4 @@ def test_every_shipped_config_parses(name, capsys):
     assert exit_info.value.code in (0, None)
     printed = capsys.readouterr().out
     env_id = re.search(r"^  env_id: (\S+)$", printed, re.M)
-    assert env_id is not None and env_id.group(1) in (Path(__file__).parents[1] / "td3_lightning" / "configs" / name).read_text()
+    assert env_id is not None and env_id.group(1) in (CONFIG_DIR / name).read_text()
