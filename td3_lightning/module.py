@@ -158,6 +158,8 @@ class TD3(L.LightningModule):
         self.test_returns = CatMetric()
         self.test_lengths = CatMetric()
         self.test_seconds = MeanMetric()
+        # the last test's episodes, {"returns": [...], "lengths": [...]}, for TestReport
+        self.test_episodes: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ the TD3 update
     @torch.no_grad()
@@ -475,6 +477,7 @@ class TD3(L.LightningModule):
                 "test/seconds_per_episode": self.test_seconds.compute(),
             }
         )
+        self.test_episodes = {"returns": returns.tolist(), "lengths": lengths.tolist()}
         self.test_returns.reset()
         self.test_lengths.reset()
         self.test_seconds.reset()
