@@ -350,7 +350,8 @@ class RLProgressBar(ProgressBar):
 class TestReport(L.Callback):
     """After ``test``: prints one summary line and writes ``test_results.json`` into the run
     folder, for scripts: every ``test/*`` metric, and each episode's return and length
-    (``episode_returns``, ``episode_lengths``, in the order the episodes finished)."""
+    (``episode_returns``, ``episode_lengths``; with one process, in the order the episodes
+    finished, under DDP rank by rank)."""
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         log_dir = trainer.log_dir  # a collective under DDP: every rank asks
@@ -366,8 +367,8 @@ class TestReport(L.Callback):
         )
         if log_dir is not None:
             path = Path(log_dir) / "test_results.json"
+            episodes = getattr(pl_module, "test_episodes", {})
+            results = {**m, "episode_returns": episodes.get("returns", []), "episode_lengths": episodes.get("lengths", [])}
             with atomic_path(path) as tmp:
-                episodes = getattr(pl_module, "test_episodes", {})
-                results = {**m, "episode_returns": episodes.get("returns", []), "episode_lengths": episodes.get("lengths", [])}
                 tmp.write_text(json.dumps(results, indent=2) + "\n")
             print(f"test results written to {path}")
