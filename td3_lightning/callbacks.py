@@ -367,8 +367,7 @@ class TestReport(L.Callback):
         )
         if log_dir is not None:
             path = Path(log_dir) / "test_results.json"
-            episodes = getattr(pl_module, "test_episodes", {})
-            results = {**m, "episode_returns": episodes.get("returns", []), "episode_lengths": episodes.get("lengths", [])}
+            results = {**m, **getattr(pl_module, "test_episodes", {})}
             with atomic_path(path) as tmp:
                 tmp.write_text(json.dumps(results, indent=2) + "\n")
             print(f"test results written to {path}")

@@ -158,7 +158,7 @@ class TD3(L.LightningModule):
         self.test_returns = CatMetric()
         self.test_lengths = CatMetric()
         self.test_seconds = MeanMetric()
-        # the last test's episodes, {"returns": [...], "lengths": [...]}, for TestReport
+        # the last test's episodes, {"episode_returns": [...], "episode_lengths": [...]}, for TestReport
         self.test_episodes: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ the TD3 update
@@ -477,7 +477,7 @@ class TD3(L.LightningModule):
                 "test/seconds_per_episode": self.test_seconds.compute(),
             }
         )
-        self.test_episodes = {"returns": returns.tolist(), "lengths": lengths.tolist()}
+        self.test_episodes = {"episode_returns": returns.tolist(), "episode_lengths": lengths.tolist()}
         self.test_returns.reset()
         self.test_lengths.reset()
         self.test_seconds.reset()
