@@ -9,7 +9,7 @@ Runs live in ``runs/<config name>/seed<S>/`` (the usual ``lightning_logs/version
 
 ``run`` can be stopped at any time and run again with the same arguments: a seed with a test result
 is skipped, a seed with a ``last.ckpt`` but no test result continues its training from there
-(``fit --ckpt_path last``, exact resume) and is then tested, and any other seed starts fresh. So a
+(``fit --ckpt_path last``) and is then tested, and any other seed starts fresh. So a
 1M-step budget can be spread over several sittings. ``table`` lists unfinished seeds separately,
 with the last step they were evaluated at.
 """
@@ -144,21 +144,37 @@ def table() -> None:
     _plot(curves)
 
 
+def _steps_label(steps: float, _position: object = None) -> str:
+    """Tick label for a step count: 20000 -> ``20k``, 1000000 -> ``1M``."""
+    if steps >= 1_000_000:
+        return f"{steps / 1_000_000:g}M"
+    if steps >= 1000:
+        return f"{steps / 1000:g}k"
+    return f"{steps:g}"
+
+
 def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     if not curves:
         return
-    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.5), squeeze=False)
-    for ax, (name, by_seed) in zip(axes[0], curves.items()):
+    columns = min(4, len(curves))
+    rows = -(-len(curves) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.5 * rows), squeeze=False)
+    for ax in axes.flat[len(curves) :]:
+        ax.set_visible(False)
+    for ax, (name, by_seed) in zip(axes.flat, curves.items()):
         for seed, points in by_seed.items():
             steps, values = zip(*points)
             ax.plot(steps, values, label=seed)
         ax.set_title(name)
         ax.set_xlabel("training steps")
+        ax.xaxis.set_major_formatter(_steps_label)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
         ax.set_ylabel("evaluation return")
         ax.grid(alpha=0.3)
         ax.legend()

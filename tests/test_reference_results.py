@@ -97,3 +97,10 @@ def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_
     assert "| lunar | 1 | 5.0 ± 0.0 | 5.0 | n/a (no evaluation logged) | n/a (no evaluation logged) |" in out
     assert "- walker2d seed0: last evaluated at step 15000 (return 200.0; best 350.0 at 10000)" in out
     assert (tmp_path / "reference_results.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("steps", "label"), [(0, "0"), (500, "500"), (2500, "2.5k"), (20_000, "20k"), (750_000, "750k"), (1_000_000, "1M")]
+)
+def test_plot_step_labels(ref, steps, label):
+    assert ref._steps_label(steps) == label
