@@ -146,9 +146,9 @@ def table() -> None:
 
 def _steps_label(steps: float, _position: object = None) -> str:
     """Tick label for a step count: 20000 -> ``20k``, 1000000 -> ``1M``."""
-    if steps >= 1_000_000:
+    if abs(steps) >= 1_000_000:
         return f"{steps / 1_000_000:g}M"
-    if steps >= 1000:
+    if abs(steps) >= 1000:
         return f"{steps / 1000:g}k"
     return f"{steps:g}"
 
