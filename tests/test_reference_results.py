@@ -100,7 +100,8 @@ def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_
 
 
 @pytest.mark.parametrize(
-    ("steps", "label"), [(-5000, "-5k"), (0, "0"), (500, "500"), (2500, "2.5k"), (20_000, "20k"), (750_000, "750k"), (1_000_000, "1M")]
+    ("steps", "label"),
+    [(-5000, "-5k"), (0, "0"), (500, "500"), (2500, "2.5k"), (20_000, "20k"), (750_000, "750k"), (1_000_000, "1M")],
 )
 def test_plot_step_labels(ref, steps, label):
     assert ref._steps_label(steps) == label
