@@ -152,6 +152,7 @@ class TD3(L.LightningModule):
         self._first_non_finite_value: Tensor | None = None  # (critic, actor): that loss
         self._direct = False  # backward and steps around Lightning's hooks (set in on_train_start)
         self._compiled: tuple[Any, Any] | None = None  # compiled (critic_loss, actor_loss)
+        self._graph_outputs = False  # the losses run as CUDA graphs: their outputs live until the next replay
 
         self.val_return = MeanMetric()
         self.val_length = MeanMetric()
@@ -275,7 +276,8 @@ class TD3(L.LightningModule):
             return self.critic_loss, self.actor_loss
         if self._compiled is None:
             self._compiled = (torch.compile(self.critic_loss, mode=mode), torch.compile(self.actor_loss, mode=mode))
-        if mode in ("reduce-overhead", "max-autotune") and self.device.type == "cuda":
+        self._graph_outputs = mode in ("reduce-overhead", "max-autotune") and self.device.type == "cuda"
+        if self._graph_outputs:
             torch.compiler.cudagraph_mark_step_begin()  # a new training step: earlier graph outputs are done
         return self._compiled
 
@@ -384,10 +386,12 @@ class TD3(L.LightningModule):
         """Accumulate training statistics on the device; log their means every
         ``trainer.log_every_n_steps`` steps (no host sync on the other steps)."""
         critic_losses, q1s, actor_losses = self._train_hist
-        critic_losses.append(loss_q.detach())  # views only: no kernel runs on most steps
-        q1s.append(q[0].detach())
+        # views only (no kernel runs), but copies of a CUDA graph's outputs: its next replay overwrites them
+        keep = (lambda t: t.detach().clone()) if self._graph_outputs else Tensor.detach
+        critic_losses.append(keep(loss_q))
+        q1s.append(keep(q[0]))
         if loss_pi is not None:
-            actor_losses.append(loss_pi.detach())
+            actor_losses.append(keep(loss_pi))
         if len(critic_losses) >= 256:
             self._fold_train_stats()
         every = max(1, self.trainer.log_every_n_steps)

@@ -268,3 +268,31 @@ def test_logged_training_statistics_are_the_means_since_the_last_log():
     assert abs(float(logged["train/critic_loss"]) - sum(x[0] for x in last) / 300) < 1e-5 * max(1, abs(last[0][0]))
     assert abs(float(logged["train/q"]) - sum(x[1] for x in last) / 300) < 1e-4
     assert abs(float(logged["train/actor_loss"]) - sum(expected_pi) / 100) < 1e-4
+
+
+class _Overwritten(_Recording):
+    """Losses whose outputs are overwritten after each step, as a CUDA graph's next replay
+    overwrites the last one's (``compile_mode reduce-overhead`` on a GPU)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self._graph_outputs = True  # what _loss_functions sets for CUDA graphs; compile_mode none keeps it
+
+    def _track(self, loss_q, q, loss_pi) -> None:
+        super()._track(loss_q, q, loss_pi)
+        for out in (loss_q, q, loss_pi):
+            if out is not None:
+                out.detach().fill_(float("nan"))  # the buffers' next contents
+
+
+def test_statistics_survive_graph_outputs_being_overwritten():
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=1000)
+    model = _Overwritten(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16])
+    trainer = quiet_trainer(max_steps=40, log_every_n_steps=20, callbacks=[EnvLoop()])
+    trainer.fit(model, dm)
+    last = model.seen[20:]
+    logged = trainer.callback_metrics
+    assert abs(float(logged["train/critic_loss"]) - sum(x[0] for x in last) / 20) < 1e-5 * max(1, abs(last[0][0]))
+    assert abs(float(logged["train/q"]) - sum(x[1] for x in last) / 20) < 1e-4
+    assert abs(float(logged["train/actor_loss"]) - sum(x[2] for x in last if x[2] is not None) / 10) < 1e-4
