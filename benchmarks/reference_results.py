@@ -12,18 +12,27 @@ is skipped, a seed with a ``last.ckpt`` but no test result continues its trainin
 (``fit --ckpt_path last``) and is then tested, and any other seed starts fresh. So a
 1M-step budget can be spread over several sittings. ``table`` lists unfinished seeds separately,
 with the last step they were evaluated at.
+
+A tested seed is also summarised in ``benchmarks/reference_runs/<config name>/seed<S>.json`` (its
+test results, evaluation curve, training hours and the machine), a few kilobytes meant to be committed:
+``table`` builds the table and the plot from these summaries, so they outlive the ``runs/`` folder
+(run output, never committed). ``table`` first writes the summary of every tested seed under ``runs/``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path("runs")
+SUMMARIES = Path(__file__).resolve().parent / "reference_runs"
 
 
 def seed_state(folder: Path) -> str:
@@ -58,22 +67,53 @@ def run(config: str, seeds: list[int], extra: list[str]) -> None:
         print(f"{name} seed {seed}: {'continuing from its last.ckpt' if resume else 'training'}", flush=True)
         subprocess.run([*base, "fit", *common, *resume, *extra], check=True)
         subprocess.run([*base, "test", *common, "--ckpt_path", str(latest_last_ckpt(folder))], check=True)
+        print(f"{name} seed {seed}: summary written to {save_summary(name, folder)}")
 
 
 def _version(path: Path) -> int:
     return int(path.name.split("_")[-1])
 
 
-def collect() -> dict[str, list[dict[str, float]]]:
-    """For every config name, the test results of each seed's latest test run."""
-    out: dict[str, list[dict[str, float]]] = {}
-    for env_dir in sorted(p for p in ROOT.glob("*") if p.is_dir()):
-        for seed_dir in sorted(env_dir.glob("seed*")):
-            results = sorted(seed_dir.glob("lightning_logs/version_*/test_results.json"), key=lambda p: _version(p.parent))
-            if results:
-                res = json.loads(results[-1].read_text())
-                res["seed"] = float(seed_dir.name[4:])
-                out.setdefault(env_dir.name, []).append(res)
+def latest_test(seed_dir: Path) -> dict | None:
+    """The test results of a seed's latest test run, or None."""
+    results = sorted(seed_dir.glob("lightning_logs/version_*/test_results.json"), key=lambda p: _version(p.parent))
+    return json.loads(results[-1].read_text()) if results else None
+
+
+def machine() -> str:
+    """This machine's processor and core count, and its GPU if torch sees one (for the summaries)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.M) if cpuinfo.exists() else []
+    text = f"{names[0] if names else platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    import torch
+
+    return text + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "")
+
+
+def save_summary(name: str, seed_dir: Path) -> Path:
+    """Write ``SUMMARIES/<name>/<seed_dir name>.json`` for a tested seed: its latest test results,
+    its evaluation curve and training hours (:func:`read_seed`) and this machine. The file is
+    written to a temporary name and renamed, so an interrupted write leaves the previous one."""
+    test = latest_test(seed_dir)
+    if test is None:
+        raise SystemExit(f"error: {seed_dir} has no test_results.json; run `run` for it first")
+    curve, hours = read_seed(seed_dir)
+    summary = {"config": name, "seed": int(seed_dir.name[4:]), "test": test, "curve": [list(p) for p in curve],
+               "hours": round(hours, 3), "machine": machine()}
+    path = SUMMARIES / name / f"{seed_dir.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_summaries() -> dict[str, list[dict]]:
+    """Every summary, by config name, in seed order."""
+    out: dict[str, list[dict]] = {}
+    for path in sorted(SUMMARIES.glob("*/seed*.json"), key=lambda p: (p.parent.name, int(p.stem[4:]))):
+        summary = json.loads(path.read_text())
+        out.setdefault(path.parent.name, []).append(summary)
     return out
 
 
@@ -100,48 +140,49 @@ def read_seed(seed_dir: Path) -> tuple[list[tuple[int, float]], float]:
     return sorted(points.items()), seconds / 3600
 
 
-def read_runs(env_dir: Path) -> dict[str, tuple[list[tuple[int, float]], float]]:
-    """Per seed with evaluations: its curve and training hours (see :func:`read_seed`)."""
-    return {d.name: run for d in sorted(env_dir.glob("seed*")) if (run := read_seed(d))[0]}
-
-
 def _mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {statistics.pstdev(values) if len(values) > 1 else 0.0:.1f}"
 
 
 def table() -> None:
-    """Print the markdown table (tested seeds only) and the unfinished seeds; write the plot.
+    """Summarise every tested seed under ``runs/``, then print the markdown table (from all the
+    summaries) and the unfinished seeds under ``runs/``; write the plot.
 
     Two measures per config: the test return of the final policy (100 episodes, the project's
     measure) and the best evaluation during training, the mean over seeds of each seed's highest
     ``val/return`` (the TD3 paper's "max average return"; it depends on how often a run evaluates).
     """
-    results = collect()
-    # every run with an evaluation, finished or not (the event files are read once, here)
-    runs = {p.name: r for p in sorted(ROOT.glob("*")) if p.is_dir() and (r := read_runs(p))}
-    curves = {name: {seed: curve for seed, (curve, _) in by_seed.items()} for name, by_seed in runs.items()}
+    for env_dir in sorted(p for p in ROOT.glob("*") if p.is_dir()):
+        for seed_dir in sorted(env_dir.glob("seed*")):
+            if seed_state(seed_dir) == "done":
+                save_summary(env_dir.name, seed_dir)
+    summaries = load_summaries()
     print("| config | seeds | test return, mean ± std over seeds | per seed (mean of 100 episodes) "
           "| best evaluation during training, mean ± std | training hours per seed |")
     print("|---|---|---|---|---|---|")
-    for name, rows in results.items():
-        means = [r["test/return"] for r in rows]
-        per_seed = ", ".join(f"{r['test/return']:.1f}" for r in rows)
-        logged = [runs[name][seed] for r in rows if (seed := f"seed{r['seed']:.0f}") in runs.get(name, {})]
-        if len(logged) == len(rows):
-            best = _mean_std([max(v for _, v in curve) for curve, _ in logged])
-            hours = ", ".join(f"{h:.2f}" for _, h in logged)
+    for name, rows in summaries.items():
+        means = [r["test"]["test/return"] for r in rows]
+        per_seed = ", ".join(f"{m:.1f}" for m in means)
+        if all(r["curve"] for r in rows):
+            best = _mean_std([max(v for _, v in r["curve"]) for r in rows])
+            hours = ", ".join(f"{r['hours']:.2f}" for r in rows)
         else:
             best = hours = "n/a (no evaluation logged)"
         print(f"| {name} | {len(rows)} | {_mean_std(means)} | {per_seed} | {best} | {hours} |")
-    unfinished = [(name, seed, points) for name, by_seed in curves.items()
-                  for seed, points in by_seed.items() if seed_state(ROOT / name / seed) != "done"]
+    curves = {name: {f"seed{r['seed']}": [tuple(p) for p in r["curve"]] for r in rows if r["curve"]}
+              for name, rows in summaries.items()}
+    unfinished = [(env_dir.name, seed_dir.name, curve) for env_dir in sorted(p for p in ROOT.glob("*") if p.is_dir())
+                  for seed_dir in sorted(env_dir.glob("seed*"))
+                  if seed_state(seed_dir) != "done" and (curve := read_seed(seed_dir)[0])]
     if unfinished:
         print("\nnot tested yet (training unfinished or stopped; `run` again with the same arguments continues it):")
         for name, seed, points in unfinished:
             step, value = points[-1]
             best_step, best = max(points, key=lambda p: p[1])
-            print(f"- {name} {seed}: last evaluated at step {step} (return {value:.1f}; best {best:.1f} at {best_step})")
-    _plot(curves)
+            print(f"- {name} {seed}: last evaluated at step {step} "
+                  f"(return {value:.1f}; best {best:.1f} at {best_step})")
+            curves.setdefault(name, {})[seed] = points
+    _plot({name: by_seed for name, by_seed in curves.items() if by_seed})
 
 
 def _steps_label(steps: float, _position: object = None) -> str:
@@ -180,6 +221,7 @@ def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> None:
         ax.legend()
     fig.tight_layout()
     path = ROOT / "reference_results.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     print(f"\nplot written to {path}")
 

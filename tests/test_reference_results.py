@@ -1,10 +1,11 @@
-"""The reference-results driver: which seeds it skips, continues or starts, and how it stitches a
-resumed run's evaluation curve back together."""
+"""The reference-results driver: which seeds it skips, continues or starts, how it stitches a
+resumed run's evaluation curve back together, and the committed summaries the table is built from."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ def ref(tmp_path, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "SUMMARIES", tmp_path / "summaries")
     return module
 
 
@@ -62,11 +64,24 @@ def test_seed_state_and_latest_checkpoint_by_version_number(ref, tmp_path):
 def test_run_skips_tested_seeds_and_continues_unfinished_ones(ref, tmp_path, monkeypatch):
     done, unfinished = tmp_path / "walker2d" / "seed0", tmp_path / "walker2d" / "seed1"
     (_version_dir(done, 0) / "test_results.json").write_text("{}")
-    ckpt = _last_ckpt(_version_dir(unfinished, 0))
+    version = _version_dir(unfinished, 0)
+    ckpt = _last_ckpt(version)
+    _log_vals(version, [(4999, 100.0), (9999, 300.0)])
     calls: list[list[str]] = []
-    monkeypatch.setattr(ref.subprocess, "run", lambda cmd, check: calls.append(cmd))
+
+    def fake_run(cmd: list[str], check: bool) -> None:
+        calls.append(cmd)
+        if cmd[3] == "test":
+            (version / "test_results.json").write_text(json.dumps({"test/return": 250.0}))
+
+    monkeypatch.setattr(ref.subprocess, "run", fake_run)
     ref.run("walker2d.yaml", [0, 1], ["--trainer.callbacks", "null"])
-    assert len(calls) == 2  # seed 0 untouched; seed 1: fit, then test
+    assert len(calls) == 2  # seed 0 untouched; seed 1: fit, then test, then its summary
+    summary = json.loads((tmp_path / "summaries" / "walker2d" / "seed1.json").read_text())
+    assert summary["seed"] == 1 and summary["test"] == {"test/return": 250.0}
+    assert summary["curve"] == [[5000, 100.0], [10000, 300.0]]
+    assert summary["hours"] == pytest.approx(4200 / 3600, abs=1e-3)
+    assert not (tmp_path / "summaries" / "walker2d" / "seed0.json").exists()  # skipped seeds are not re-summarised
     fit, test = calls
     common = ["--config", "walker2d.yaml", "--seed_everything", "1", "--trainer.default_root_dir", str(unfinished)]
     assert fit == [sys.executable, "-m", "td3_lightning", "fit", *common, "--ckpt_path", "last",
@@ -81,7 +96,6 @@ def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_
     curve, hours = ref.read_seed(seed)
     assert curve == [(5000, 100.0), (10000, 350.0), (15000, 200.0)]
     assert hours == pytest.approx(2 * (3600 + 600) / 3600)  # each version: 1 h before its first value + 600 s
-    assert list(ref.read_runs(tmp_path / "walker2d")) == ["seed0"]
 
     finished = tmp_path / "pendulum"
     for s, value, curve in ((0, -140.0, [(99, -300.0), (199, -130.0), (299, -145.0)]), (1, -150.0, [(99, -150.0)])):
@@ -96,6 +110,17 @@ def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_
     assert "| pendulum | 2 | -145.0 ± 5.0 | -140.0, -150.0 | -140.0 ± 10.0 | 1.33, 1.00 |" in out
     assert "| lunar | 1 | 5.0 ± 0.0 | 5.0 | n/a (no evaluation logged) | n/a (no evaluation logged) |" in out
     assert "- walker2d seed0: last evaluated at step 15000 (return 200.0; best 350.0 at 10000)" in out
+    assert (tmp_path / "reference_results.png").stat().st_size > 0
+
+    # the summaries alone (runs/ gone, as on a fresh clone) give the same table rows
+    for seed_dir in ("pendulum", "lunar", "walker2d"):
+        shutil.rmtree(tmp_path / seed_dir)
+    (tmp_path / "reference_results.png").unlink()
+    ref.table()
+    again = capsys.readouterr().out
+    assert "| pendulum | 2 | -145.0 ± 5.0 | -140.0, -150.0 | -140.0 ± 10.0 | 1.33, 1.00 |" in again
+    assert "| lunar | 1 | 5.0 ± 0.0 | 5.0 | n/a (no evaluation logged) | n/a (no evaluation logged) |" in again
+    assert "walker2d" not in again  # an unfinished seed has no summary
     assert (tmp_path / "reference_results.png").stat().st_size > 0
 
 
