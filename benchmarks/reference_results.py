@@ -16,7 +16,7 @@ with the last step they were evaluated at.
 A tested seed is also summarised in ``benchmarks/reference_runs/<config name>/seed<S>.json`` (its
 test results, evaluation curve, training hours and the machine), a few kilobytes meant to be committed:
 ``table`` builds the table and the plot from these summaries, so they outlive the ``runs/`` folder
-(run output, never committed). ``table`` first writes the summary of every tested seed under ``runs/``.
+(run output, never committed). ``table`` first summarises any tested seed under ``runs/`` that has none.
 """
 
 from __future__ import annotations
@@ -90,6 +90,11 @@ def machine() -> str:
     return text + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "")
 
 
+def summary_path(name: str, seed_dir: Path) -> Path:
+    """Where the summary of config ``name``'s seed folder ``seed_dir`` is kept."""
+    return SUMMARIES / name / f"{seed_dir.name}.json"
+
+
 def save_summary(name: str, seed_dir: Path) -> Path:
     """Write ``SUMMARIES/<name>/<seed_dir name>.json`` for a tested seed: its latest test results,
     its evaluation curve and training hours (:func:`read_seed`) and this machine. The file is
@@ -100,7 +105,7 @@ def save_summary(name: str, seed_dir: Path) -> Path:
     curve, hours = read_seed(seed_dir)
     summary = {"config": name, "seed": int(seed_dir.name[4:]), "test": test, "curve": [list(p) for p in curve],
                "hours": round(hours, 3), "machine": machine()}
-    path = SUMMARIES / name / f"{seed_dir.name}.json"
+    path = summary_path(name, seed_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
@@ -145,16 +150,21 @@ def _mean_std(values: list[float]) -> str:
 
 
 def table() -> None:
-    """Summarise every tested seed under ``runs/``, then print the markdown table (from all the
-    summaries) and the unfinished seeds under ``runs/``; write the plot.
+    """Summarise every tested seed under ``runs/`` that has no summary yet (``run`` writes one after
+    each test, on the machine that trained it), then print the markdown table (from all the summaries)
+    and the unfinished seeds under ``runs/``; write the plot.
 
     Two measures per config: the test return of the final policy (100 episodes, the project's
     measure) and the best evaluation during training, the mean over seeds of each seed's highest
     ``val/return`` (the TD3 paper's "max average return"; it depends on how often a run evaluates).
     """
+    unfinished = []
     for env_dir in sorted(p for p in ROOT.glob("*") if p.is_dir()):
         for seed_dir in sorted(env_dir.glob("seed*")):
-            if seed_state(seed_dir) == "done":
+            if seed_state(seed_dir) != "done":
+                if curve := read_seed(seed_dir)[0]:
+                    unfinished.append((env_dir.name, seed_dir.name, curve))
+            elif not summary_path(env_dir.name, seed_dir).exists():
                 save_summary(env_dir.name, seed_dir)
     summaries = load_summaries()
     print("| config | seeds | test return, mean ± std over seeds | per seed (mean of 100 episodes) "
@@ -171,9 +181,6 @@ def table() -> None:
         print(f"| {name} | {len(rows)} | {_mean_std(means)} | {per_seed} | {best} | {hours} |")
     curves = {name: {f"seed{r['seed']}": [tuple(p) for p in r["curve"]] for r in rows if r["curve"]}
               for name, rows in summaries.items()}
-    unfinished = [(env_dir.name, seed_dir.name, curve) for env_dir in sorted(p for p in ROOT.glob("*") if p.is_dir())
-                  for seed_dir in sorted(env_dir.glob("seed*"))
-                  if seed_state(seed_dir) != "done" and (curve := read_seed(seed_dir)[0])]
     if unfinished:
         print("\nnot tested yet (training unfinished or stopped; `run` again with the same arguments continues it):")
         for name, seed, points in unfinished:

@@ -112,6 +112,14 @@ def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_
     assert "- walker2d seed0: last evaluated at step 15000 (return 200.0; best 350.0 at 10000)" in out
     assert (tmp_path / "reference_results.png").stat().st_size > 0
 
+    # an existing summary is kept: it records the machine that trained the seed, not the one running table
+    kept = tmp_path / "summaries" / "pendulum" / "seed0.json"
+    summary = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**summary, "machine": "the training machine"}))
+    ref.table()
+    capsys.readouterr()
+    assert json.loads(kept.read_text())["machine"] == "the training machine"
+
     # the summaries alone (runs/ gone, as on a fresh clone) give the same table rows
     for seed_dir in ("pendulum", "lunar", "walker2d"):
         shutil.rmtree(tmp_path / seed_dir)
