@@ -33,6 +33,10 @@ from pathlib import Path
 
 ROOT = Path("runs")
 SUMMARIES = Path(__file__).resolve().parent / "reference_runs"
+# The targets of the README's results table, drawn as dashed lines in the plot.
+TARGETS = {
+    "pendulum": -160, "lunar": 250, "bipedal": 310, "walker2d": 4700, "walker2d_paper": 4700, "halfcheetah": 10200,
+}
 
 
 def seed_state(folder: Path) -> str:
@@ -201,7 +205,9 @@ def _steps_label(steps: float, _position: object = None) -> str:
     return f"{steps:g}"
 
 
-def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> None:
+def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]):
+    """One panel per config, a curve per seed and the config's target (if it has one) as a dashed
+    line; written to ``runs/reference_results.png``. Returns the figure (None without curves)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -209,7 +215,7 @@ def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> None:
     import matplotlib.ticker
 
     if not curves:
-        return
+        return None
     columns = min(4, len(curves))
     rows = -(-len(curves) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.5 * rows), squeeze=False)
@@ -219,6 +225,8 @@ def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> None:
         for seed, points in by_seed.items():
             steps, values = zip(*points)
             ax.plot(steps, values, label=seed)
+        if name in TARGETS:
+            ax.axhline(TARGETS[name], color="gray", linestyle="--", linewidth=1, label=f"target {TARGETS[name]:g}")
         ax.set_title(name)
         ax.set_xlabel("training steps")
         ax.xaxis.set_major_formatter(_steps_label)
@@ -231,6 +239,7 @@ def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     print(f"\nplot written to {path}")
+    return fig
 
 
 def main() -> None:

@@ -138,3 +138,12 @@ def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_
 )
 def test_plot_step_labels(ref, steps, label):
     assert ref._steps_label(steps) == label
+
+
+def test_plot_draws_the_target_of_known_configs(ref):
+    seed_curve = {"seed0": [(0, -100.0), (10_000, 300.0)]}
+    fig = ref._plot({"bipedal": seed_curve, "my_env": seed_curve})
+    bipedal, mine = fig.axes[:2]
+    assert [list(line.get_ydata()) for line in bipedal.get_lines()] == [[-100.0, 300.0], [310, 310]]
+    assert [line.get_label() for line in bipedal.get_lines()] == ["seed0", "target 310"]
+    assert len(mine.get_lines()) == 1  # a config without a target: its curve only
