@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -319,6 +320,54 @@ def test_max_off_road_frames_terminates_after_that_many_frames(k):
     assert info["off_road_frames"] == limit
     assert info["frames"] == first_off + limit - 1
     assert r <= -50.0  # the penalty lands on the terminating step
+
+
+# ---------------------------------------------------------- missed-tile aid
+def test_missed_tiles_are_the_unvisited_tiles_the_car_has_passed_by_the_margin():
+    env = CarRacingState(missed_tile_penalty=25.0)
+    env.reset(seed=3)
+    n = len(env.road)
+    for k in range(1, 20):
+        env.road[k].road_visited = k not in (4, 9)
+    env._progress = 9 + car_module.MISSED_TILE_MARGIN + 0.5  # tile 9 is passed, tile 10 not yet
+    assert env._newly_missed_tiles() == 2 and env.tiles_missed == 2
+    assert env._newly_missed_tiles() == 0  # each tile counts once
+    env._progress = 3.2  # driving backwards checks nothing
+    assert env._newly_missed_tiles() == 0
+    env._progress = n - 4.0  # nor does a jump of more than half a lap
+    assert env._newly_missed_tiles() == 0 and env.tiles_missed == 2
+
+
+def test_missed_tile_penalty_is_subtracted_once_per_tile_left_unvisited():
+    import torch
+
+    from td3_lightning import TD3
+
+    shipped = Path(car_module.__file__).parents[1] / "checkpoints" / "car_random_tracks.ckpt"
+    actor = TD3.load_from_checkpoint(shipped, map_location="cpu").actor.eval()
+    plain = CarRacingState(action_mode="steer_throttle", action_repeat=2)
+    aided = CarRacingState(action_mode="steer_throttle", action_repeat=2, missed_tile_penalty=25.0)
+    obs, _ = plain.reset(seed=0)  # on this track the shipped driver leaves a few tiles unvisited
+    aided.reset(seed=0)
+    penalised = 0
+    for _ in range(500):
+        with torch.no_grad():
+            a = actor(torch.as_tensor(obs)[None])[0].numpy()
+        obs, r0, t0, tr0, i0 = plain.step(a)
+        before = aided.tiles_missed
+        _, r1, t1, tr1, i1 = aided.step(a)
+        assert (t0, tr0, i0["tiles_visited"]) == (t1, tr1, i1["tiles_visited"])  # same physics
+        assert r1 == pytest.approx(r0 - 25.0 * (i1["tiles_missed"] - before))
+        penalised += i1["tiles_missed"] - before
+        if t0 or tr0:
+            break
+    assert tr0 and not i0["lap_finished"]
+    assert penalised == i1["tiles_missed"] == i1["tiles_total"] - i1["tiles_visited"] > 0
+
+
+def test_missed_tile_penalty_must_be_non_negative():
+    with pytest.raises(ValueError, match="missed_tile_penalty must be a finite number >= 0"):
+        CarRacingState(missed_tile_penalty=-1.0)
 
 
 # ---------------------------------------------------------------- render

@@ -106,6 +106,9 @@ ENV_ID = "CarRacingState-v0"
 #: physics frames after which CarRacing-v3's TimeLimit truncates an episode
 CAR_RACING_MAX_FRAMES = 1000
 
+#: tiles the car's centre-line projection must be past an unvisited tile before it counts as missed
+MISSED_TILE_MARGIN = 2
+
 #: look-ahead distances along the centre line, in tiles (one tile = TRACK_DETAIL_STEP units)
 LOOKAHEAD_TILES = (1, 2, 3, 5, 7, 10, 14, 19, 25, 32, 40, 50)
 
@@ -196,6 +199,16 @@ class CarRacingState(CarRacing):
         off_road_penalty: TRAINING AID, only with ``max_off_road_frames``:
             this amount is subtracted from the reward of the step in which the
             off-road termination happens (default 0.0: no change of reward).
+        missed_tile_penalty: TRAINING AID, changes the reward.  0.0 (default)
+            = CarRacing's rewards.  A positive amount P: P is subtracted from
+            the reward of the step in which the car's projection on the centre
+            line gets ``MISSED_TILE_MARGIN`` tiles past a tile that no wheel
+            has touched (once per tile; ``info["tiles_missed"]`` counts them).
+            Why: CarRacing's lap only closes when every tile is visited (the
+            start tile is touched at the start, so its 95% rule never fires),
+            and a lap left open costs every remaining frame until the time
+            limit, a loss that lies hundreds of steps after the corner that
+            caused it; the penalty puts that cost at the corner.
         lap_complete_percent: fraction of tiles that must be visited before
             touching the start tile completes the lap (CarRacing's option).
         domain_randomize: CarRacing's colour randomisation (only affects
@@ -223,6 +236,7 @@ class CarRacingState(CarRacing):
         action_repeat: int = 1,
         max_off_road_frames: int | None = None,
         off_road_penalty: float = 0.0,
+        missed_tile_penalty: float = 0.0,
         lap_complete_percent: float = 0.95,
         domain_randomize: bool = False,
         max_episode_frames: int | None = CAR_RACING_MAX_FRAMES,
@@ -243,6 +257,8 @@ class CarRacingState(CarRacing):
             int(max_episode_frames) != max_episode_frames or max_episode_frames < 1
         ):
             raise ValueError(f"max_episode_frames must be None or an integer >= 1, got {max_episode_frames!r}")
+        if not (math.isfinite(missed_tile_penalty) and missed_tile_penalty >= 0):
+            raise ValueError(f"missed_tile_penalty must be a finite number >= 0, got {missed_tile_penalty!r}")
         if track_seed is not None and (int(track_seed) != track_seed or track_seed < 0):
             raise ValueError(f"track_seed must be None or a non-negative integer, got {track_seed!r}")
         super().__init__(
@@ -259,6 +275,7 @@ class CarRacingState(CarRacing):
             action_repeat=action_repeat,
             max_off_road_frames=max_off_road_frames,
             off_road_penalty=off_road_penalty,
+            missed_tile_penalty=missed_tile_penalty,
             lap_complete_percent=lap_complete_percent,
             domain_randomize=domain_randomize,
             max_episode_frames=max_episode_frames,
@@ -269,6 +286,7 @@ class CarRacingState(CarRacing):
         self.action_repeat = int(action_repeat)
         self.max_off_road_frames = None if max_off_road_frames is None else int(max_off_road_frames)
         self.off_road_penalty = float(off_road_penalty)
+        self.missed_tile_penalty = float(missed_tile_penalty)
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
         self.observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
         self.action_mode = action_mode
@@ -276,7 +294,10 @@ class CarRacingState(CarRacing):
             self.action_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
         self.frames = 0
         self.off_road_frames = 0
+        self.tiles_missed = 0
         self._near = 0
+        self._progress = 0.0
+        self._miss_frontier = 1
         self._pts: np.ndarray | None = None
 
     # ------------------------------------------------------------------ reset
@@ -322,7 +343,9 @@ class CarRacingState(CarRacing):
 
         self.frames = 0
         self.off_road_frames = 0
+        self.tiles_missed = 0
         self._near = 0
+        self._miss_frontier = 1  # the next tile to check; tile 0 is under the car at the start
         if self.render_mode == "human":
             self.render()
         return self._observe(), self._info(False, False, False)
@@ -403,7 +426,31 @@ class CarRacingState(CarRacing):
             if terminated:
                 break
         truncated = self.max_episode_frames is not None and self.frames >= self.max_episode_frames
-        return self._observe(), total, terminated, truncated, self._info(lap_finished, out_of_field, off_road_end)
+        obs = self._observe()
+        missed = self._newly_missed_tiles()
+        if missed and self.missed_tile_penalty:
+            total -= missed * self.missed_tile_penalty
+        return obs, total, terminated, truncated, self._info(lap_finished, out_of_field, off_road_end)
+
+    def _newly_missed_tiles(self) -> int:
+        """Tiles the car has now passed by ``MISSED_TILE_MARGIN`` without visiting them.
+
+        Tile ``k`` lies between centre-line points ``k-1`` and ``k``.  Tiles are checked in
+        order from a frontier that only moves forward, by less than half a lap per step (so
+        driving backwards past the start checks nothing).
+        """
+        n = self._n_track
+        ahead = (int(self._progress) - MISSED_TILE_MARGIN - self._miss_frontier) % n
+        if ahead >= n // 2:
+            return 0
+        road = self.road
+        missed = 0
+        for k in range(self._miss_frontier, self._miss_frontier + ahead + 1):
+            if not road[k % n].road_visited:
+                missed += 1
+        self._miss_frontier = (self._miss_frontier + ahead + 1) % n
+        self.tiles_missed += missed
+        return missed
 
     def _info(self, lap_finished: bool, out_of_field: bool, off_road_end: bool) -> dict[str, Any]:
         return {
@@ -414,6 +461,7 @@ class CarRacingState(CarRacing):
             "out_of_playfield": out_of_field,
             "off_road_frames": self.off_road_frames,
             "off_road_terminated": off_road_end,
+            "tiles_missed": self.tiles_missed,
         }
 
     # --------------------------------------------------------------- features
@@ -465,6 +513,7 @@ class CarRacingState(CarRacing):
         nx, ny = ty, -tx  # track's right
         lateral = ((px - cx) * nx + (py - cy) * ny) / TRACK_WIDTH
         s = i + u
+        self._progress = s
 
         # look-ahead points on the centre line, in the car frame
         pos = s + _AHEAD_OFFSETS
