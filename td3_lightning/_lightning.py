@@ -7,3 +7,91 @@ Lightning release changes it. ``constraints.txt`` pins the Lightning version CI 
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+
+
+# ---------------------------------------------------------------- the update around Lightning's hooks
+def lightning_optimizers(trainer: L.Trainer) -> list[Any]:
+    """The strategy's ``LightningOptimizer`` wrappers (``Strategy._lightning_optimizers``): the
+    objects whose step hooks count ``global_step`` in manual optimization."""
+    return list(trainer.strategy._lightning_optimizers)
+
+
+def step_counting_hooks_exist(trainer: L.Trainer) -> bool:
+    """Whether every ``LightningOptimizer`` has the ``_on_before_step`` / ``_on_after_step`` hooks
+    that the manual-optimization loop sets to count optimizer steps (what :func:`count_optimizer_step`
+    calls)."""
+    return all(hasattr(opt, "_on_before_step") and hasattr(opt, "_on_after_step")
+               for opt in lightning_optimizers(trainer))
+
+
+def count_optimizer_step(optimizer: Any) -> None:
+    """Count one optimizer step as ``LightningOptimizer.step`` would (``_on_before_step`` and
+    ``_on_after_step``: ``global_step`` + 1, the profiler's ``optimizer_step``), for a step taken on
+    the wrapped torch optimizer directly."""
+    optimizer._on_before_step()
+    optimizer._on_after_step()
+
+
+def runs_under_fabric(module: L.LightningModule) -> bool:
+    """Whether the module is driven by Lightning Fabric (``LightningModule._fabric``), where the
+    Trainer's hooks do not apply."""
+    return getattr(module, "_fabric", None) is not None
+
+
+# ---------------------------------------------------------------- checkpoints
+def save_last_checkpoint_now(callback: Any, trainer: L.Trainer) -> None:
+    """Write ``last.ckpt`` through ``callback`` (a ``ModelCheckpoint``) at the end of a validation
+    unless it already saved at this step or saves at epoch ends (``_should_skip_saving_checkpoint``,
+    ``_should_save_on_train_epoch_end``, ``_save_last_checkpoint``, ``_monitor_candidates``):
+    Lightning refreshes ``last.ckpt`` only when a top-k checkpoint was written."""
+    if callback._should_skip_saving_checkpoint(trainer) or callback._should_save_on_train_epoch_end(trainer):
+        return
+    callback._save_last_checkpoint(trainer, callback._monitor_candidates(trainer))
+
+
+# ---------------------------------------------------------------- the command line
+from lightning.pytorch.cli import LightningCLI  # noqa: E402
+
+
+class LightningCLIHooks(LightningCLI):
+    """``LightningCLI`` whose private steps call methods with public names, for subclasses to
+    override: ``_parse_ckpt_path`` (the checkpoint's hyperparameters into the config) calls
+    :meth:`read_checkpoint_hparams`, ``_set_seed`` calls :meth:`set_seed`, and
+    ``_instantiate_trainer`` passes its callbacks through :meth:`trainer_callbacks`."""
+
+    def read_checkpoint_hparams(self, read: Any) -> None:
+        """Runs before anything is instantiated; ``read()`` is LightningCLI's own step."""
+        read()
+
+    def set_seed(self, seed: Any) -> None:
+        """``seed()`` is LightningCLI's ``seed_everything`` step."""
+        seed()
+
+    def trainer_callbacks(self, config: dict[str, Any], callbacks: list[Any]) -> list[Any]:
+        """The callbacks the Trainer is built with (``config``: the Trainer's arguments)."""
+        return callbacks
+
+    def _parse_ckpt_path(self) -> None:
+        self.read_checkpoint_hparams(super()._parse_ckpt_path)
+
+    def _set_seed(self) -> None:
+        self.set_seed(super()._set_seed)
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+        return super()._instantiate_trainer(config, self.trainer_callbacks(config, callbacks))
+
+
+def cli_option_names(cli: LightningCLI, args: Any) -> list[str]:
+    """Every ``--option`` of the subcommand named in ``args`` (LightningCLI's
+    ``_subcommand_parsers``, argparse's ``_option_string_actions``), for "did you mean"."""
+    parser = cli.parser
+    subparsers = getattr(cli, "_subcommand_parsers", {})
+    for arg in args or []:
+        if isinstance(arg, str) and arg in subparsers:
+            parser = subparsers[arg]
+            break
+    return [o for o in getattr(parser, "_option_string_actions", {}) if o.startswith("--")]

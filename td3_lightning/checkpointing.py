@@ -1,5 +1,16 @@
-"""Crash-safe checkpoint files.
+"""Checkpoint files: the td3_lightning format, crash-safe writes, slim export and inspection.
 
+**Format.** A td3_lightning checkpoint is a Lightning checkpoint with one more section,
+``checkpoint["td3_lightning"]``: ``format_version`` (:data:`FORMAT_VERSION`), ``algorithm``
+(``"TD3"``), the update counters and the target-noise generator's state. Besides Lightning's
+own keys (``state_dict``: networks and targets; ``optimizer_states``; ``loops``;
+``hyper_parameters``) a full checkpoint holds ``ReplayDataModule`` (replay buffer, sampler
+state, batches in flight) and ``callbacks`` (the env loop's counters and random stream): what
+an exact resume needs. A *slim* checkpoint (:func:`slim_checkpoint`) keeps :data:`SLIM_KEYS`
+only: enough for ``test``, ``validate``, ``export`` and ``TD3.load_from_checkpoint``.
+:func:`inspect_checkpoint` reads a file memory-mapped and checks it before anything is built.
+
+**Crash safety.**
 :class:`AtomicCheckpointIO` writes every checkpoint to a temporary file next to its target,
 flushes and fsyncs it, and renames it over the target with ``os.replace`` (then fsyncs the
 folder, so that the rename itself survives a power loss). A process killed at any moment,
@@ -21,16 +32,31 @@ import contextlib
 import logging
 import os
 import tempfile
+import warnings
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import torch
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
-from lightning.fabric.utilities.types import _PATH
-from lightning.pytorch.callbacks import ModelCheckpoint as _LightningModelCheckpoint
-from lightning.pytorch.plugins.io import CheckpointIO, TorchCheckpointIO
-from lightning.pytorch.plugins.io.wrapper import _WrappingCheckpointIO
+from fsspec.utils import get_protocol
+from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpoint
+from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+
+from td3_lightning import _lightning
+from td3_lightning.errors import UserInputError
+
+_PATH = Union[str, "os.PathLike[str]"]
+
+#: the td3_lightning section of a checkpoint
+CHECKPOINT_KEY = "td3_lightning"
+#: the version of that section this td3_lightning writes and reads
+FORMAT_VERSION = 1
+#: what a slim checkpoint keeps
+SLIM_KEYS = ("state_dict", "hyper_parameters", "hparams_name", CHECKPOINT_KEY, "pytorch-lightning_version",
+             "epoch", "global_step")
+#: the key under which Lightning saves the datamodule's state (its class name)
+DATAMODULE_KEY = "ReplayDataModule"
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +89,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__}.save_checkpoint does not take storage_options")
-        if not _is_local_file_protocol(path):
+        if get_protocol(str(path)) != "file":
             super().save_checkpoint(checkpoint, path)
             return
         atomic_torch_save(checkpoint, path)
@@ -121,19 +147,15 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-class ModelCheckpoint(_LightningModelCheckpoint):
+class ModelCheckpoint(LightningModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` (same options, same state key in checkpoints), except that
     ``save_last=True`` also writes ``last.ckpt`` after a validation that did not improve the
     monitored metric."""
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         super().on_validation_end(trainer, pl_module)
-        if (
-            self.save_last is True
-            and not self._should_skip_saving_checkpoint(trainer)  # also: already saved at this step
-            and not self._should_save_on_train_epoch_end(trainer)
-        ):
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        if self.save_last is True:
+            _lightning.save_last_checkpoint_now(self, trainer)
 
 
 def with_atomic_checkpoint_io(plugins: Any) -> list[Any]:
@@ -149,6 +171,95 @@ def with_atomic_checkpoint_io(plugins: Any) -> list[Any]:
     if not ios:
         plugins.append(AtomicCheckpointIO())
     for io in ios:
-        if isinstance(io, _WrappingCheckpointIO) and io.checkpoint_io is None:
+        if isinstance(io, AsyncCheckpointIO) and io.checkpoint_io is None:
             io.checkpoint_io = AtomicCheckpointIO()
     return plugins
+
+
+# ------------------------------------------------------------------------------ the format
+def write_td3_section(checkpoint: dict[str, Any], **state: Any) -> None:
+    """Add the td3_lightning section (format version, algorithm, and ``state``) to ``checkpoint``."""
+    checkpoint[CHECKPOINT_KEY] = {"format_version": FORMAT_VERSION, "algorithm": "TD3", **state}
+
+
+def check_checkpoint_meta(checkpoint: Any, name: str = "the checkpoint") -> dict[str, Any]:
+    """The ``td3_lightning`` section of a loaded checkpoint; :class:`UserInputError` with one
+    line if it is not a TD3 checkpoint of the format this version reads."""
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise UserInputError(f"{name} is not a Lightning checkpoint (no 'state_dict')")
+    meta = checkpoint.get(CHECKPOINT_KEY)
+    if not isinstance(meta, dict):
+        raise UserInputError(
+            f"{name} was not written by td3_lightning (a Lightning checkpoint without the '{CHECKPOINT_KEY}' section)"
+        )
+    if meta.get("algorithm") != "TD3":
+        raise UserInputError(f"{name} holds a '{meta.get('algorithm')}' model, not TD3")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise UserInputError(
+            f"{name} has format version {meta.get('format_version')}; this td3_lightning reads version {FORMAT_VERSION}"
+        )
+    return meta
+
+
+def inspect_checkpoint(path: str) -> dict[str, Any]:
+    """Read ``path`` (memory-mapped: the tensors are not loaded) and check that it is a
+    readable td3_lightning checkpoint of this format version; return the facts the CLI
+    checks against the env. :class:`UserInputError` with one line otherwise."""
+    if os.path.getsize(path) == 0:
+        raise UserInputError(f"cannot read checkpoint {path}: the file is empty")
+    try:
+        with warnings.catch_warnings():  # torch warns about odd bytes; the error below says it in one line
+            warnings.simplefilter("ignore")
+            try:
+                ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except Exception:
+                if zipfile.is_zipfile(path):
+                    raise
+                ckpt = torch.load(path, map_location="cpu", weights_only=True)  # the pre-zip torch format
+    except Exception as err:
+        if not zipfile.is_zipfile(path):
+            reason = "the file is truncated or corrupt, or not a PyTorch checkpoint"
+        elif "Weights only load failed" in str(err):
+            reason = "it holds Python objects that do not load safely (weights_only), not a td3_lightning checkpoint"
+        else:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            reason = f"the file is corrupt ({type(err).__name__}: {first[:160]})"
+        raise UserInputError(f"cannot read checkpoint {path}: {reason}") from None
+    check_checkpoint_meta(ckpt, f"checkpoint {path}")
+    hp = ckpt.get("hyper_parameters") or {}
+    low, high = hp.get("action_low"), hp.get("action_high")
+    data = ckpt.get(DATAMODULE_KEY) or {}
+    replay = data.get("replay") if isinstance(data, dict) else None
+    obs_shape = hp.get("obs_shape", data.get("obs_shape") if isinstance(data, dict) else None)
+    return {
+        "path": path,
+        "obs_shape": tuple(obs_shape) if obs_shape is not None else None,
+        "action_shape": (len(low),) if low is not None else None,
+        "action_bounds": (list(low), list(high)) if low is not None and high is not None else None,
+        "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
+        "resumable": all(k in ckpt for k in ("optimizer_states", "loops")),
+    }
+
+
+def check_checkpoint(path: str | Path) -> None:
+    """One-line :class:`UserInputError` unless ``path`` is a readable td3_lightning checkpoint
+    of this format version."""
+    if not Path(path).is_file():
+        raise UserInputError(f"checkpoint file not found: {path}; pass an existing .ckpt file to --ckpt_path")
+    inspect_checkpoint(str(path))
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checked checkpoint at ``path``, loaded on the CPU (tensors and plain data only)."""
+    check_checkpoint(path)
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
+    """Write the weights-only checkpoint of ``src`` (:data:`SLIM_KEYS`) to ``out``."""
+    ckpt = load_checkpoint(src)
+    slim = {k: ckpt[k] for k in SLIM_KEYS if k in ckpt}
+    slim[CHECKPOINT_KEY] = {**ckpt[CHECKPOINT_KEY], "noise_rng": None}
+    out = Path(out)
+    atomic_torch_save(slim, out)
+    return out

@@ -15,20 +15,22 @@ import os
 import re
 import sys
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.pytorch import Trainer
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
 
-from td3_lightning.callbacks import RLProgressBar, TestReport
-from td3_lightning.checkpointing import ModelCheckpoint, with_atomic_checkpoint_io
+from td3_lightning._lightning import LightningCLIHooks, cli_option_names
+from td3_lightning.callbacks import EnvLoop, RLProgressBar, TestReport
+from td3_lightning.checkpointing import ModelCheckpoint, inspect_checkpoint, with_atomic_checkpoint_io
 from td3_lightning.data import ReplayDataModule
 from td3_lightning.errors import UserInputError
-from td3_lightning.module import TD3, check_checkpoint_meta
+from td3_lightning.hp_metric import HpMetric
+from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -58,7 +60,7 @@ _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")
 _LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
 
 
-class TD3CLI(LightningCLI):
+class TD3CLI(LightningCLIHooks):
     """LightningCLI for TD3: the module, the replay datamodule and a default checkpoint callback.
 
     On top of LightningCLI: checkpoints are written atomically (:class:`AtomicCheckpointIO`
@@ -84,10 +86,10 @@ class TD3CLI(LightningCLI):
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as err:
-            raise UserInputError(one_line_parse_error(str(err), _option_names(self, args))) from None
+            raise UserInputError(one_line_parse_error(str(err), cli_option_names(self, args))) from None
 
     # ------------------------------------------------------------- the checkpoint, before anything is built
-    def _parse_ckpt_path(self) -> None:
+    def read_checkpoint_hparams(self, read: Any) -> None:
         subcommand, ckpt = self.config.get("subcommand"), None
         if subcommand:
             config = self.config[subcommand]
@@ -104,7 +106,7 @@ class TD3CLI(LightningCLI):
                     )
                 self._ckpt_facts = inspect_checkpoint(ckpt)
         try:
-            super()._parse_ckpt_path()  # the checkpoint's model hyperparameters into the config
+            read()  # the checkpoint's model hyperparameters into the config
         except argparse.ArgumentError as err:
             raise UserInputError(
                 f"checkpoint {ckpt}: its model hyperparameters do not fit TD3 ({one_line_parse_error(str(err))})"
@@ -145,13 +147,13 @@ class TD3CLI(LightningCLI):
                 f"({path}); set data.buffer_size {capacity} to resume it"
             )
 
-    def _set_seed(self) -> None:
+    def set_seed(self, seed: Any) -> None:
         # "Seed set to N" is said once the input has passed every check (instantiate_trainer),
         # so that bad input prints its error line alone
         level = _SEED_LOG.level
         _SEED_LOG.setLevel(logging.WARNING)
         try:
-            super()._set_seed()
+            seed()
         finally:
             _SEED_LOG.setLevel(level)
 
@@ -164,60 +166,27 @@ class TD3CLI(LightningCLI):
             _SEED_LOG.info(f"Seed set to {seed}")
         config = self._get(self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
+        if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
+            kwargs["logger"] = TensorBoardLogger(save_dir=config.get("default_root_dir") or os.getcwd(),
+                                                 version=SLURMEnvironment.job_id(), default_hp_metric=False)
         return super().instantiate_trainer(**kwargs)
 
-    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Trainer:
+    def trainer_callbacks(self, config: dict[str, Any], callbacks: list[Any]) -> list[Any]:
         """Leave out the CLI's own checkpoint callback or progress bar when the user turned
         checkpointing or the progress bar off (Lightning refuses the combination)."""
         if config.get("enable_checkpointing") is False:
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
         if config.get("enable_progress_bar") is False:
             callbacks = [c for c in callbacks if not isinstance(c, RLProgressBar)]
-        return super()._instantiate_trainer(config, callbacks)
+        given = [*(config.get("callbacks") or []), *callbacks]
+        for default in (EnvLoop, HpMetric):  # the env loop feeds the replay; hp_metric for TensorBoard
+            if not any(isinstance(c, default) for c in given):
+                callbacks = [*callbacks, default()]
+        return callbacks
 
 
 def _lightning_resolves(ckpt: str) -> bool:
     return ckpt in _LIGHTNING_CKPT_NAMES or ckpt.startswith("registry:") or "://" in ckpt
-
-
-def inspect_checkpoint(path: str) -> dict[str, Any]:
-    """Read ``path`` (memory-mapped: the tensors are not loaded) and check that it is a
-    readable td3_lightning checkpoint of this format version; return the facts the CLI
-    checks against the env. :class:`UserInputError` with one line otherwise."""
-    if os.path.getsize(path) == 0:
-        raise UserInputError(f"cannot read checkpoint {path}: the file is empty")
-    try:
-        with warnings.catch_warnings():  # torch warns about odd bytes; the error below says it in one line
-            warnings.simplefilter("ignore")
-            try:
-                ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except Exception:
-                if zipfile.is_zipfile(path):
-                    raise
-                ckpt = torch.load(path, map_location="cpu", weights_only=True)  # the pre-zip torch format
-    except Exception as err:
-        if not zipfile.is_zipfile(path):
-            reason = "the file is truncated or corrupt, or not a PyTorch checkpoint"
-        elif "Weights only load failed" in str(err):
-            reason = "it holds Python objects that do not load safely (weights_only), not a td3_lightning checkpoint"
-        else:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            reason = f"the file is corrupt ({type(err).__name__}: {first[:160]})"
-        raise UserInputError(f"cannot read checkpoint {path}: {reason}") from None
-    check_checkpoint_meta(ckpt, f"checkpoint {path}")
-    hp = ckpt.get("hyper_parameters") or {}
-    low, high = hp.get("action_low"), hp.get("action_high")
-    data = ckpt.get(ReplayDataModule.__qualname__) or {}
-    replay = data.get("replay") if isinstance(data, dict) else None
-    obs_shape = hp.get("obs_shape", data.get("obs_shape") if isinstance(data, dict) else None)
-    return {
-        "path": path,
-        "obs_shape": tuple(obs_shape) if obs_shape is not None else None,
-        "action_shape": (len(low),) if low is not None else None,
-        "action_bounds": (list(low), list(high)) if low is not None and high is not None else None,
-        "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
-        "resumable": all(k in ckpt for k in ("optimizer_states", "loops")),
-    }
 
 
 def find_last_checkpoint(config: Any) -> Path:
@@ -250,17 +219,6 @@ def find_last_checkpoint(config: Any) -> Path:
             f"--ckpt_path last: no checkpoint matches {described}; pass a checkpoint file to --ckpt_path"
         )
     return max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))
-
-
-def _option_names(cli: LightningCLI, args: Any) -> list[str]:
-    """Every ``--option`` of the subcommand named in ``args`` (for "did you mean")."""
-    parser = cli.parser
-    subparsers = getattr(cli, "_subcommand_parsers", {})
-    for arg in args or []:
-        if isinstance(arg, str) and arg in subparsers:
-            parser = subparsers[arg]
-            break
-    return [o for o in getattr(parser, "_option_string_actions", {}) if o.startswith("--")]
 
 
 def _clean_type(text: str) -> str:

@@ -62,3 +62,16 @@ def average_gradients(trainer: L.Trainer, module: torch.nn.Module) -> None:
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
+
+
+def without_reducer_sync(trainer: L.Trainer) -> None:
+    """Switch off DistributedDataParallel's gradient reducer for the coming backward passes.
+
+    Under DDP every rank samples its own replay, and each of the two losses of a training step has
+    its own backward: the reducer (one synchronised backward per forward, every parameter used)
+    does not fit. :func:`average_gradients` averages each optimizer's gradients before its step
+    instead. A no-op without DDP.
+    """
+    model = trainer.model
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        model.require_backward_grad_sync = False

@@ -21,43 +21,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from td3_lightning.checkpointing import atomic_path, atomic_torch_save
+from td3_lightning.checkpointing import SLIM_KEYS, atomic_path, check_checkpoint, slim_checkpoint
 from td3_lightning.errors import UserInputError
 
-SLIM_KEYS = ("state_dict", "hyper_parameters", "hparams_name", "td3_lightning", "pytorch-lightning_version",
-             "epoch", "global_step")
-
-
-def check_checkpoint(path: str | Path) -> None:
-    """One-line :class:`UserInputError` unless ``path`` is a readable td3_lightning checkpoint
-    of this format version (the command line's own check)."""
-    from td3_lightning.cli import inspect_checkpoint
-
-    if not Path(path).is_file():
-        raise UserInputError(f"checkpoint file not found: {path}; pass an existing .ckpt file to --ckpt_path")
-    inspect_checkpoint(str(path))
-
-
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checked checkpoint at ``path``, loaded on the CPU (tensors and plain data only)."""
-    check_checkpoint(path)
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
-    """Write the weights-only checkpoint of ``src`` to ``out``."""
-    ckpt = load_checkpoint(src)
-    slim = {k: ckpt[k] for k in SLIM_KEYS if k in ckpt}
-    slim["td3_lightning"] = {**ckpt["td3_lightning"], "noise_rng": None}
-    out = Path(out)
-    atomic_torch_save(slim, out)
-    return out
-
+__all__ = ["SLIM_KEYS", "slim_checkpoint", "export_torchscript", "export_onnx", "main"]
 
 def _actor_and_example(src: str | Path) -> tuple[torch.nn.Module, Tensor]:
     """The checked checkpoint's actor in eval mode, and a zero observation batch (2 rows) to trace it with."""

@@ -1,52 +1,47 @@
-"""TD3 (Fujimoto et al., 2018) as a LightningModule: the update and nothing about environments."""
+"""TD3 (Fujimoto et al., 2018) as a LightningModule: the networks, their optimizers and the update.
+
+The module never touches an environment: the ``EnvLoop`` callback steps the envs and fills the
+replay buffer, and ``training_step`` receives replay batches. What is not TD3 lives beside it and
+wraps the update from outside: the non-finite guard (``guards.py``), the training statistics
+(``stats.py``), the schedules (``schedules.py``), the path around Lightning's hooks
+(``_lightning.py``) and ``torch.compile`` (:meth:`TD3.on_train_start`).
+"""
 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 from torchmetrics import CatMetric, MeanMetric
 
-from td3_lightning.distributed import average_gradients
-from td3_lightning.errors import UserInputError
+from td3_lightning import _lightning, checkpointing
+from td3_lightning.distributed import average_gradients, without_reducer_sync
+from td3_lightning.errors import NonFiniteError, UserInputError
+from td3_lightning.guards import LossGuard, check_finite_weights
 from td3_lightning.networks import MIN_IMAGE_SIZE, Actor, CriticEnsemble, PixelEncoder
+from td3_lightning.schedules import LinearSchedule
+from td3_lightning.stats import TrainingStatistics
 
-CHECKPOINT_KEY = "td3_lightning"
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-FORMAT_VERSION = 1
+CRITIC, ACTOR = 0, 1  # optimizer indices (the critic's steps are the ones global_step counts)
 
-
-class NonFiniteError(UserInputError):
-    """A NaN or an infinity in what the environment returned, in a training loss or in the
-    weights. Training stops with one line naming the quantity and the step; no checkpoint
-    with non-finite weights is ever written."""
-
-
-def _noop_closure() -> None:
-    return None
+__all__ = ["TD3", "NonFiniteError", "COMPILE_MODES"]
 
 
 class TD3(L.LightningModule):
     """Twin Delayed DDPG with manual optimization.
 
-    One ``training_step`` is one critic update on one replay batch (the ``EnvLoop``
-    callback takes one environment step before it); every ``policy_freq`` steps the actor
-    is updated through the first critic and all targets track their networks by Polyak
-    averaging. ``trainer.global_step`` counts training steps, i.e. environment steps after
-    the warm-up.
+    One ``training_step`` is one critic update on one replay batch (the ``EnvLoop`` callback
+    takes the environment step before it); every ``policy_freq`` steps the actor is updated
+    through the first critic and all targets track their networks by Polyak averaging.
+    ``trainer.global_step`` counts training steps, i.e. environment steps after the warm-up.
 
-    A non-finite critic or actor loss stops training with a :class:`NonFiniteError`. On the
-    CPU every loss is checked before its backward pass, so the weights never become
-    non-finite. On an accelerator a per-step check would cost a host sync, so the step of
-    the first non-finite loss is recorded on the device and checked every
-    ``log_every_n_steps`` steps, before every validation and test and before every
-    checkpoint; a checkpoint with non-finite weights is never written.
+    A non-finite loss stops training with a :class:`NonFiniteError` (see ``guards.py``); a
+    checkpoint with non-finite weights is never written.
 
     Args:
         obs_shape: shape of one observation (from the env; linked automatically by the CLI).
@@ -74,18 +69,16 @@ class TD3(L.LightningModule):
         shared_encoder: with a CNN, the actor uses the critics' encoder (trained by the critic
             loss only; the actor's gradient does not reach it) instead of its own.
         flush_denormal: treat float32 values below 1.2e-38 as zero on the CPU
-            (``torch.set_flush_denormal``, for the whole process: set when the module is
-            created, so that the CPU threads torch starts afterwards inherit it). Values in
-            that range appear in the update, and x86 CPUs compute on them many times slower:
-            LunarLander trains 10-20% faster with it on the 2-core CPU (214 vs 185 steps/s in
-            the README's benchmark). No effect on GPU math. ``false`` leaves the process's
-            setting as it is.
-        compile_mode: ``torch.compile`` the critic and actor losses (forward and backward)
-            with this mode: ``none`` (eager), ``default``, ``max-autotune-no-cudagraphs``,
-            ``max-autotune`` or ``reduce-overhead`` (the last two capture the losses in CUDA
-            graphs on a GPU). Compilation happens at the first training step and takes a
-            while; it is meant for GPUs, where it removes per-kernel launch costs. On the
-            2-core CPU eager is faster.
+            (``torch.set_flush_denormal``, for the whole process, set when the module is created
+            so that the CPU threads torch starts afterwards inherit it). Such values appear in
+            the update, and x86 CPUs compute on them many times slower (see
+            ``benchmarks/README.md``). No effect on GPU math. ``false`` leaves the setting alone.
+        compile_mode: ``torch.compile`` the whole training step (target, critic loss and step,
+            actor loss and step, Polyak update) with this mode: ``none`` (eager), ``default``,
+            ``max-autotune-no-cudagraphs``, ``max-autotune`` or ``reduce-overhead`` (the last two
+            replay CUDA graphs on a GPU). It needs one device and 32-bit precision; compilation
+            happens at the first training steps and takes a while. Meant for GPUs, where it
+            removes per-kernel launch costs; on a small CPU eager is faster.
     """
 
     def __init__(
@@ -141,18 +134,20 @@ class TD3(L.LightningModule):
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False).eval()
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False).eval()
 
+        self.exploration_schedule = LinearSchedule(
+            exploration_noise, exploration_noise if exploration_noise_final is None else exploration_noise_final,
+            schedule_steps)
+        self.lr_schedule = LinearSchedule(1.0, lr_final_factor, schedule_steps)
         self.num_critic_updates = 0
         self.num_actor_updates = 0
+        self.guard = LossGuard()
+        self.stats = TrainingStatistics()
         self._noise_gen: torch.Generator | None = None
         self._noise_gen_state: Tensor | None = None  # restored from a checkpoint, applied on first use
-        self._train_hist: tuple[list[Tensor], list[Tensor], list[Tensor]] = ([], [], [])  # critic loss, Q1, actor loss
-        self._train_sums: Tensor | None = None  # folded sums of the three histories
-        self._train_counts = [0, 0, 0]  # and how many values each sum holds
-        self._first_non_finite: Tensor | None = None  # (critic, actor): step of the first non-finite loss, or -1
-        self._first_non_finite_value: Tensor | None = None  # (critic, actor): that loss
-        self._direct = False  # backward and steps around Lightning's hooks (set in on_train_start)
-        self._compiled: tuple[Any, Any] | None = None  # compiled (critic_loss, actor_loss)
-        self._graph_outputs = False  # the losses run as CUDA graphs: their outputs live until the next replay
+        self._direct = False  # backward and steps around Lightning's hooks (chosen in on_train_start)
+        self._check_each_loss = True  # the guard checks every loss before its backward (else it records them)
+        self._compiled: Any | None = None  # the compiled td3_update (compile_mode)
+        self._optimizers: list[Any] = []  # the LightningOptimizers of the training step being taken
 
         self.val_return = MeanMetric()
         self.val_length = MeanMetric()
@@ -162,10 +157,10 @@ class TD3(L.LightningModule):
         # the last test's episodes, {"episode_returns": [...], "episode_lengths": [...]}, for TestReport
         self.test_episodes: dict[str, list[float]] = {}
 
-    # ------------------------------------------------------------------ the TD3 update
+    # ================================================================== the TD3 update
     @torch.no_grad()
     def td_target(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> Tensor:
-        """``r + gamma * (1 - terminated) * min_i Q'_i(s', clip(pi'(s') + clip(eps)))``.
+        """``y = r + gamma * (1 - terminated) * min_i Q'_i(s', clip(pi'(s') + clip(eps, -c, c)))``.
 
         Args:
             batch: replay batch with ``reward``, ``next_obs``, ``terminated`` and ``action``.
@@ -175,19 +170,19 @@ class TD3(L.LightningModule):
         scale, bias = self.actor.action_scale, self.actor.action_bias
         if noise is None:
             noise = self._standard_normal(batch["action"])
-        eps = (noise * hp.policy_noise).clamp(-hp.noise_clip, hp.noise_clip) * scale
+        eps = (noise * hp.policy_noise).clamp(-hp.noise_clip, hp.noise_clip) * scale  # target policy smoothing
         next_action = torch.clamp(self.actor_target(batch["next_obs"]) + eps, bias - scale, bias + scale)
-        next_q = self.critic_target(batch["next_obs"], next_action).min(dim=0).values
-        not_done = 1.0 - batch["terminated"].float()
+        next_q = self.critic_target(batch["next_obs"], next_action).min(dim=0).values  # clipped double Q
+        not_done = 1.0 - batch["terminated"].float()  # a time limit (truncated) still bootstraps
         return batch["reward"] + hp.gamma * not_done * next_q
 
     def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Sum over critics of the mean squared TD error; also returns the critics' Q values."""
-        q = self.critic(batch["obs"], batch["action"])  # (num_critics, batch)
+        """``sum_i mean (Q_i(s, a) - y)^2``; also returns the critics' Q values ``(num_critics, batch)``."""
+        q = self.critic(batch["obs"], batch["action"])
         return (q - self.td_target(batch, noise)).pow(2).mean(dim=1).sum(), q
 
     def actor_loss(self, batch: dict[str, Tensor]) -> Tensor:
-        """``-Q_1(s, pi(s))`` with the critic's weights held fixed."""
+        """``-mean Q_1(s, pi(s))`` with the critic's weights held fixed."""
         return -self.critic.q1(batch["obs"], self.actor(batch["obs"]), detach_params=True).mean()
 
     @torch.no_grad()
@@ -197,163 +192,139 @@ class TD3(L.LightningModule):
         target = [*self.actor_target.parameters(), *self.critic_target.parameters()]
         torch._foreach_lerp_(target, online, self.hparams.tau)
 
-    # ------------------------------------------------------------------ schedules
-    def _progress(self, step: int) -> float:
-        """Fraction of the schedules done at training step ``step`` (0 to 1)."""
-        total = self.hparams.get("schedule_steps")
-        if total is None:
-            trainer = self._trainer
-            total = trainer.max_steps if trainer is not None and trainer.max_steps and trainer.max_steps > 0 else None
-        return 1.0 if not total else min(1.0, step / total)
+    def td3_update(self, batch: dict[str, Tensor], noise: Tensor, update_actor: bool
+                   ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """One TD3 update on a replay batch, in the paper's order (Algorithm 1).
 
+        Args:
+            batch: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``.
+            noise: standard-normal draws for the target-policy smoothing, shaped like the actions.
+            update_actor: the delayed step: the actor and the targets are updated (every
+                ``policy_freq`` critic updates).
+
+        Returns:
+            the critic loss, the critics' Q values and the actor loss (None without the actor step).
+        """
+        # critic: regress every Q_i(s, a) on the target y (clipped double Q, smoothed target policy)
+        critic_loss, q = self.critic_loss(batch, noise)
+        self.optimize(CRITIC, critic_loss)
+        actor_loss = None
+        if update_actor:
+            # delayed policy update: ascend Q_1(s, pi(s)), then the targets follow their networks
+            actor_loss = self.actor_loss(batch)
+            self.optimize(ACTOR, actor_loss)
+            self.update_targets()
+        return critic_loss, q, actor_loss
+
+    # ================================================================== the training step around it
+    def training_step(self, batch: dict[str, Tensor] | Iterable[dict[str, Tensor]], batch_idx: int) -> None:
+        """One TD3 update per replay batch; a chunk of batches (``data.steps_per_batch``) is one
+        update per batch it yields."""
+        self._optimizers = self.optimizers()  # type: ignore[assignment]
+        without_reducer_sync(self.trainer)  # each loss has its own backward; see average_gradients
+        update = self._compiled or self.td3_update
+        for one in (batch,) if isinstance(batch, dict) else batch:
+            step = self.global_step + 1  # the training step being taken
+            self._set_learning_rates(self.lr_factor_at(self.global_step))
+            update_actor = (self.num_critic_updates + 1) % self.hparams.policy_freq == 0
+            critic_loss, q, actor_loss = update(one, self._standard_normal(one["action"]), update_actor)
+            if self._direct:  # a step taken around LightningOptimizer.step is counted here
+                _lightning.count_optimizer_step(self._optimizers[CRITIC])
+            if not self._check_each_loss:
+                self.guard.record(CRITIC, critic_loss, step)
+                if actor_loss is not None:
+                    self.guard.record(ACTOR, actor_loss, step)
+            self.num_critic_updates += 1
+            self.num_actor_updates += int(update_actor)
+            self.track_statistics(critic_loss, q, actor_loss)
+
+    def track_statistics(self, critic_loss: Tensor, q: Tensor, actor_loss: Tensor | None) -> None:
+        """Keep the step's losses and first-critic Q values on the device; every
+        ``trainer.log_every_n_steps`` steps log their means (the only host sync they cost) and
+        run the deferred loss check."""
+        self.stats.add(critic_loss, q[0], actor_loss)
+        if self.global_step % max(1, self.trainer.log_every_n_steps):
+            return
+        self.guard.raise_recorded()
+        metrics: dict[str, Any] = self.stats.means()
+        if self.exploration_schedule.final != self.exploration_schedule.start:
+            metrics["train/exploration_noise"] = self.exploration_noise_at(self.global_step)
+        if self.lr_schedule.final != self.lr_schedule.start:
+            metrics["train/lr_factor"] = self.lr_factor_at(self.global_step)
+        self.log_dict(metrics, on_step=True, on_epoch=False)
+
+    def optimize(self, which: int, loss: Tensor) -> None:
+        """``zero_grad``, backward and step of the critic (``CRITIC``) or actor (``ACTOR``) optimizer.
+
+        On a plain single-device 32-bit run the backward and the step go around Lightning's
+        hooks (``loss.backward()``, the torch optimizer's ``step``); otherwise through them
+        (``manual_backward``, the strategy's optimizer step: precision plugins, loss scaling).
+        Only the critic's steps advance ``global_step``, so that it counts training steps.
+        """
+        if self._check_each_loss:
+            self.guard.check_now(which, loss, self.global_step + 1)
+        optimizer = self._optimizers[which]
+        optimizer.zero_grad(set_to_none=True)
+        if self._direct:
+            loss.backward()
+            optimizer.optimizer.step()
+            return
+        self.manual_backward(loss)
+        average_gradients(self.trainer, self.critic if which == CRITIC else self.actor)  # no-op in one process
+        if which == CRITIC:
+            optimizer.step()  # counted
+        else:
+            self.trainer.strategy.optimizer_step(optimizer.optimizer, _noop_closure, model=self)
+
+    # the path around Lightning's backward / optimizer-step hooks: None chooses it when they would
+    # do nothing (see direct_update_possible); True / False force the direct / the hooked path
+    direct_update: bool | None = None
+    # None: check every loss before its backward on the CPU (a host sync there is nearly free) and
+    # record them on accelerators; True / False force one way
+    finite_check_every_step: bool | None = None
+
+    def on_train_start(self) -> None:
+        direct = self.direct_update
+        self._direct = direct_update_possible(self.trainer, self) if direct is None else direct
+        every = self.finite_check_every_step
+        self._check_each_loss = self.device.type == "cpu" if every is None else every
+        mode = self.hparams.get("compile_mode", "none")
+        if mode != "none":
+            if not self._direct:
+                raise UserInputError(
+                    f"model.compile_mode {mode} compiles the whole training step, which needs one device, 32-bit "
+                    "precision and no callback that watches backward passes or optimizer steps; set "
+                    "model.compile_mode none"
+                )
+            self._check_each_loss = False  # a host sync inside the step would break the graph
+            self.stats.copy_outputs = mode in ("reduce-overhead", "max-autotune") and self.device.type == "cuda"
+            self._compiled = _compile(self.td3_update, mode, cuda_graphs=self.stats.copy_outputs)
+
+    def on_fit_start(self) -> None:
+        # draw the noise seed now, in a fixed order relative to the other seeded streams
+        if self._noise_gen is None:
+            self._standard_normal(torch.empty(0, device=self.device))
+
+    # ------------------------------------------------------------------ schedules and random streams
     def exploration_noise_at(self, step: int) -> float:
         """Exploration noise std (relative to half the action range) at training step ``step``."""
-        start, final = self.hparams.exploration_noise, self.hparams.get("exploration_noise_final")
-        return start if final is None else start + (final - start) * self._progress(step)
+        return self.exploration_schedule.at(step, self._run_length())
 
     def lr_factor_at(self, step: int) -> float:
         """Multiplier of both learning rates at training step ``step``."""
-        factor = self.hparams.get("lr_final_factor", 1.0)
-        return 1.0 if factor == 1.0 else 1.0 + (factor - 1.0) * self._progress(step)
+        return self.lr_schedule.at(step, self._run_length())
 
-    def _apply_lr_schedule(self, critic_opt: Any, actor_opt: Any) -> None:
-        if self.hparams.get("lr_final_factor", 1.0) == 1.0:
+    def _run_length(self) -> int | None:
+        trainer = self._trainer
+        return trainer.max_steps if trainer is not None and trainer.max_steps and trainer.max_steps > 0 else None
+
+    def _set_learning_rates(self, factor: float) -> None:
+        if self.lr_schedule.final == self.lr_schedule.start:
             return
-        factor = self.lr_factor_at(self.global_step)
-        for opt, base in ((critic_opt, self.hparams.critic_lr), (actor_opt, self.hparams.actor_lr)):
-            for group in opt.optimizer.param_groups:
+        for which, base in ((CRITIC, self.hparams.critic_lr), (ACTOR, self.hparams.actor_lr)):
+            for group in self._optimizers[which].optimizer.param_groups:
                 group["lr"] = base * factor
 
-    def training_step(self, batch: dict[str, Tensor] | Iterable[dict[str, Tensor]], batch_idx: int) -> None:
-        """One training step per replay batch; a chunk of batches (``data.steps_per_batch``) is
-        one training step per batch it yields."""
-        critic_opt, actor_opt = self.optimizers()  # type: ignore[misc]
-        if getattr(self, "_ddp_wrapper", None) is not None:  # see on_train_start
-            self._ddp_wrapper.require_backward_grad_sync = False
-        for one in (batch,) if isinstance(batch, dict) else batch:
-            self.td3_step(one, critic_opt, actor_opt)
-
-    def td3_step(self, batch: dict[str, Tensor], critic_opt: Any, actor_opt: Any) -> None:
-        """The TD3 update on one replay batch: the critics every step; the actor and the
-        target networks every ``policy_freq`` steps."""
-        self._apply_lr_schedule(critic_opt, actor_opt)
-        critic_loss, actor_loss = self._loss_functions()
-        loss_q, q = critic_loss(batch, self._standard_normal(batch["action"]))
-        self._check_loss(0, loss_q)
-        critic_opt.zero_grad(set_to_none=True)
-        self._backward(loss_q)
-        average_gradients(self.trainer, self.critic)  # no-op in a single process
-        self._optimizer_step(critic_opt, counted=True)  # global_step counts these steps
-        self.num_critic_updates += 1
-
-        loss_pi = None
-        if self.num_critic_updates % self.hparams.policy_freq == 0:
-            loss_pi = actor_loss(batch)
-            self._check_loss(1, loss_pi)
-            actor_opt.zero_grad(set_to_none=True)
-            self._backward(loss_pi)
-            average_gradients(self.trainer, self.actor)
-            self._optimizer_step(actor_opt, counted=False)
-            self.update_targets()
-            self.num_actor_updates += 1
-        self._track(loss_q, q, loss_pi)
-
-    # ------------------------------------------------------------------ backward and steps
-    # None: go around Lightning's backward / optimizer-step hooks when they would do nothing
-    # (see direct_update_possible); True / False force the direct / the hooked path.
-    direct_update: bool | None = None
-
-    def _backward(self, loss: Tensor) -> None:
-        if self._direct:
-            loss.backward()
-        else:
-            self.manual_backward(loss)
-
-    def _loss_functions(self) -> tuple[Any, Any]:
-        """``critic_loss`` and ``actor_loss``, compiled once when ``compile_mode`` asks for it."""
-        mode = self.hparams.get("compile_mode", "none")
-        if mode == "none":
-            return self.critic_loss, self.actor_loss
-        if self._compiled is None:
-            self._compiled = (torch.compile(self.critic_loss, mode=mode), torch.compile(self.actor_loss, mode=mode))
-        self._graph_outputs = mode in ("reduce-overhead", "max-autotune") and self.device.type == "cuda"
-        if self._graph_outputs:
-            torch.compiler.cudagraph_mark_step_begin()  # a new training step: earlier graph outputs are done
-        return self._compiled
-
-    def _optimizer_step(self, optimizer: Any, counted: bool) -> None:
-        """One step of a ``LightningOptimizer``. Only ``counted`` steps advance ``global_step``
-        (the critic's), so that ``global_step`` counts training steps."""
-        if self._direct:
-            if counted:
-                optimizer._on_before_step()  # Lightning's step count, as LightningOptimizer.step
-            optimizer.optimizer.step()
-            if counted:
-                optimizer._on_after_step()
-        elif counted:
-            optimizer.step()
-        else:  # through the strategy (precision plugins, loss scaling), not counted
-            self.trainer.strategy.optimizer_step(optimizer.optimizer, _noop_closure, model=self)
-
-    # ------------------------------------------------------------------ non-finite guard
-    # None: check every loss at once on the CPU (a host sync there is nearly free) and defer
-    # the check on accelerators; True / False force one way.
-    finite_check_every_step: bool | None = None
-    _LOSS_NAMES = ("critic loss", "actor loss")
-
-    def _check_loss(self, slot: int, loss: Tensor) -> None:
-        """Stop at the first non-finite loss of this step (``slot`` 0: critic, 1: actor)."""
-        eager = self.finite_check_every_step
-        if eager is None:
-            eager = loss.device.type == "cpu"
-        if eager:
-            value = loss.item()  # on the CPU cheaper than an isfinite kernel
-            if not math.isfinite(value):
-                raise NonFiniteError(self._loss_message(slot, self.global_step + 1, value))
-            return
-        step = self.global_step + 1  # the training step being taken
-        steps, values = self._first_non_finite, self._first_non_finite_value
-        if steps is None or values is None or steps.device != loss.device:
-            steps = self._first_non_finite = torch.full((2,), -1, dtype=torch.long, device=loss.device)
-            values = self._first_non_finite_value = torch.zeros(2, dtype=torch.float32, device=loss.device)
-        hit = (steps[slot] < 0) & ~torch.isfinite(loss)  # no host sync: the first bad step stays on the device
-        steps[slot] = torch.where(hit, step, steps[slot])
-        values[slot] = torch.where(hit, loss.detach().float(), values[slot])
-
-    def _loss_message(self, slot: int, step: int, value: float, action: str = "") -> str:
-        lr = "model.critic_lr" if slot == 0 else "model.actor_lr"
-        return (
-            f"non-finite {self._LOSS_NAMES[slot]} ({value}) at training step {step}{action}; "
-            f"try a lower {lr} or check the scale of the rewards and observations"
-        )
-
-    def check_finite(self, state_dict: dict[str, Tensor] | None = None, action: str = "") -> None:
-        """Raise :class:`NonFiniteError` if a loss was non-finite since the last check or a
-        weight is non-finite (one host sync)."""
-        if self._first_non_finite is not None and self._first_non_finite_value is not None:
-            for slot, step in enumerate(self._first_non_finite.tolist()):
-                if step >= 0:
-                    value = float(self._first_non_finite_value[slot])
-                    raise NonFiniteError(self._loss_message(slot, step, value, action))
-        tensors = {k: v for k, v in (state_dict if state_dict is not None else self.state_dict()).items()
-                   if isinstance(v, Tensor) and v.is_floating_point()}
-        if not tensors:
-            return
-        finite = torch.stack([torch.isfinite(v).all() for v in tensors.values()]).tolist()
-        if not all(finite):
-            name = next(k for k, ok in zip(tensors, finite) if not ok)
-            raise NonFiniteError(f"non-finite weights in {name} at training step {self.global_step}{action}")
-
-    def on_train_end(self) -> None:
-        self.check_finite()
-
-    def on_validation_start(self) -> None:
-        self.check_finite(action="; not evaluating them")
-
-    def on_test_start(self) -> None:
-        self.check_finite(action="; not evaluating them")
-
-    # ------------------------------------------------------------------ random streams
     def _standard_normal(self, like: Tensor) -> Tensor:
         """Target-policy noise from the module's own generator (saved in checkpoints)."""
         if self._noise_gen is None or self._noise_gen.device != like.device:
@@ -365,95 +336,23 @@ class TD3(L.LightningModule):
                 self._noise_gen.manual_seed(int(torch.randint(2**62, (1,)).item()))
         return torch.randn(like.shape, generator=self._noise_gen, device=like.device, dtype=torch.float32)
 
-    def on_train_start(self) -> None:
-        # Under DDP every rank samples its own replay, and each of the two losses of a training
-        # step has its own backward: DistributedDataParallel's reducer (one synchronised backward
-        # per forward, every parameter used) does not fit. training_step switches it off and
-        # average_gradients averages each optimizer's gradients before its step instead.
-        model = self.trainer.model
-        ddp = model if isinstance(model, torch.nn.parallel.DistributedDataParallel) else None
-        object.__setattr__(self, "_ddp_wrapper", ddp)  # a reference, not a submodule
-        direct = self.direct_update
-        self._direct = direct_update_possible(self.trainer, self) if direct is None else direct
+    # ------------------------------------------------------------------ the guard
+    def check_finite(self, state_dict: dict[str, Tensor] | None = None, action: str = "") -> None:
+        """Raise :class:`NonFiniteError` if a loss was non-finite since the last check or a
+        weight is non-finite (one host sync)."""
+        self.guard.raise_recorded(action)
+        check_finite_weights(state_dict if state_dict is not None else self.state_dict(), self.global_step, action)
 
-    def on_fit_start(self) -> None:
-        # draw the noise seed now, in a fixed order relative to the other seeded streams
-        if self._noise_gen is None:
-            self._standard_normal(torch.empty(0, device=self.device))
+    def on_train_end(self) -> None:
+        self.check_finite()
 
-    # ------------------------------------------------------------------ logging
-    def _track(self, loss_q: Tensor, q: Tensor, loss_pi: Tensor | None) -> None:
-        """Accumulate training statistics on the device; log their means every
-        ``trainer.log_every_n_steps`` steps (no host sync on the other steps)."""
-        critic_losses, q1s, actor_losses = self._train_hist
-        # views only (no kernel runs), but copies of a CUDA graph's outputs: its next replay overwrites them
-        keep = (lambda t: t.detach().clone()) if self._graph_outputs else Tensor.detach
-        critic_losses.append(keep(loss_q))
-        q1s.append(keep(q[0]))
-        if loss_pi is not None:
-            actor_losses.append(keep(loss_pi))
-        if len(critic_losses) >= 256:
-            self._fold_train_stats()
-        every = max(1, self.trainer.log_every_n_steps)
-        if self.global_step % every == 0:
-            if self._first_non_finite is not None:
-                self.check_finite({})  # the deferred loss check; this step syncs anyway
-            sums, counts = self._fold_train_stats(), self._train_counts
-            metrics = {"train/critic_loss": sums[0] / counts[0], "train/q": sums[1] / counts[1]}
-            if self.hparams.get("exploration_noise_final") is not None:
-                metrics["train/exploration_noise"] = self.exploration_noise_at(self.global_step)
-            if self.hparams.get("lr_final_factor", 1.0) != 1.0:
-                metrics["train/lr_factor"] = self.lr_factor_at(self.global_step)
-            if counts[2]:
-                metrics["train/actor_loss"] = sums[2] / counts[2]
-            self.log_dict(metrics, on_step=True, on_epoch=False)
-            self._train_sums, self._train_counts = None, [0, 0, 0]
+    def on_validation_start(self) -> None:
+        self.check_finite(action="; not evaluating them")
 
-    def _fold_train_stats(self) -> Tensor:
-        """Add the histories to the running sums (a few kernels every 256 steps) and return them."""
-        hist, counts = self._train_hist, self._train_counts
-        if self._train_sums is None:
-            self._train_sums = torch.zeros(3, device=self.device)
-        parts = [torch.stack(hist[0]).sum() if hist[0] else None, torch.cat(hist[1]).sum() if hist[1] else None,
-                 torch.stack(hist[2]).sum() if hist[2] else None]
-        for i, part in enumerate(parts):
-            if part is not None:
-                self._train_sums[i] += part
-        counts[0] += len(hist[0])
-        counts[1] += sum(x.numel() for x in hist[1])
-        counts[2] += len(hist[2])
-        for h in hist:
-            h.clear()
-        return self._train_sums
+    def on_test_start(self) -> None:
+        self.check_finite(action="; not evaluating them")
 
     # ------------------------------------------------------------------ evaluation
-    def setup(self, stage: str) -> None:
-        # Lightning writes the hyperparameters with a placeholder hp_metric of -1; the real
-        # one (the mean validation return) is written at the first validation instead.
-        self._hparams_written = False
-        for logger in self.loggers:
-            if isinstance(logger, TensorBoardLogger):
-                logger._default_hp_metric = False
-
-    def on_validation_epoch_end(self) -> None:
-        """``hp_metric`` = mean validation return, so TensorBoard's HPARAMS tab compares runs by it."""
-        if self.trainer.sanity_checking or self.trainer.state.fn != "fit" or self.val_return.update_count == 0:
-            return
-        value = float(self.val_return.compute())
-        self.log("hp_metric", value, sync_dist=True)  # the same value on every rank (val_return is synced)
-        if getattr(self, "_hparams_written", True) or not self.trainer.is_global_zero:
-            return
-        self._hparams_written = True
-        from lightning.fabric.utilities.logger import _flatten_dict, _sanitize_params
-        from torch.utils.tensorboard.summary import hparams
-
-        for logger in self.loggers:
-            if isinstance(logger, TensorBoardLogger):
-                params = _sanitize_params(_flatten_dict(dict(logger.hparams)))
-                writer = logger.experiment._get_file_writer()
-                for summary in hparams(params, {"hp_metric": value}):
-                    writer.add_summary(summary, self.global_step)
-
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """One batch is one finished deterministic episode (played by the eval data stream)."""
         self.val_return.update(batch["return"])
@@ -506,32 +405,36 @@ class TD3(L.LightningModule):
         self.critic_target.eval()
         return self
 
-    def configure_callbacks(self) -> list[L.Callback]:
-        """Add the environment loop when the trainer has none (plain ``Trainer`` use)."""
-        from td3_lightning.callbacks import EnvLoop
-
-        trainer = getattr(self, "_trainer", None)
-        if trainer is not None and any(isinstance(c, EnvLoop) for c in trainer.callbacks):
-            return []
-        return [EnvLoop()]
-
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # never replace a good checkpoint with one holding non-finite weights
-        not_written = f"; the checkpoint at step {self.global_step} was not written"
-        self.check_finite(checkpoint.get("state_dict"), action=not_written)
-        checkpoint[CHECKPOINT_KEY] = {
-            "format_version": FORMAT_VERSION,
-            "algorithm": "TD3",
-            "num_critic_updates": self.num_critic_updates,
-            "num_actor_updates": self.num_actor_updates,
-            "noise_rng": self._noise_gen.get_state() if self._noise_gen is not None else None,
-        }
+        self.check_finite(checkpoint.get("state_dict"), action=f"; the checkpoint at step {self.global_step} was not written")
+        checkpointing.write_td3_section(
+            checkpoint, num_critic_updates=self.num_critic_updates, num_actor_updates=self.num_actor_updates,
+            noise_rng=self._noise_gen.get_state() if self._noise_gen is not None else None)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        meta = check_checkpoint_meta(checkpoint)
+        meta = checkpointing.check_checkpoint_meta(checkpoint)
         self.num_critic_updates = int(meta.get("num_critic_updates", 0))
         self.num_actor_updates = int(meta.get("num_actor_updates", 0))
         self._noise_gen, self._noise_gen_state = None, meta.get("noise_rng")
+
+
+def _noop_closure() -> None:
+    return None
+
+
+def _compile(update: Any, mode: str, cuda_graphs: bool) -> Any:
+    """``torch.compile`` of the whole update; with CUDA graphs, each call starts a new graph step
+    (the outputs of the previous one are then free to be overwritten)."""
+    compiled = torch.compile(update, mode=mode)
+    if not cuda_graphs:
+        return compiled
+
+    def step(*args: Any) -> Any:
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(*args)
+
+    return step
 
 
 _UPDATE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
@@ -541,8 +444,8 @@ def direct_update_possible(trainer: L.Trainer, module: L.LightningModule) -> boo
     """Whether ``loss.backward()`` and ``optimizer.step()`` do all that Lightning's
     ``manual_backward`` and ``LightningOptimizer.step`` would: one device, 32-bit precision
     (no loss scaling or autocast), no profiler, and no callback or module hook that watches
-    backward passes or optimizer steps. Lightning's path costs 0.2-0.5 ms per training step
-    in hook dispatch on the 2-core CPU, 3-8% of a LunarLander step."""
+    backward passes or optimizer steps. Lightning's path costs hook dispatch on every step
+    (see ``benchmarks/README.md``)."""
     from lightning.pytorch.plugins.precision import Precision
     from lightning.pytorch.profilers import PassThroughProfiler
     from lightning.pytorch.strategies import SingleDeviceStrategy
@@ -551,33 +454,13 @@ def direct_update_possible(trainer: L.Trainer, module: L.LightningModule) -> boo
     strategy = trainer.strategy
     if type(strategy) is not SingleDeviceStrategy or type(strategy.precision_plugin) is not Precision:
         return False
-    if not isinstance(trainer.profiler, PassThroughProfiler) or getattr(module, "_fabric", None) is not None:
+    if not isinstance(trainer.profiler, PassThroughProfiler) or _lightning.runs_under_fabric(module):
         return False
     if any(is_overridden(h, cb, L.Callback) for cb in trainer.callbacks for h in _UPDATE_HOOKS):
         return False
     if any(is_overridden(h, module, L.LightningModule) for h in (*_UPDATE_HOOKS, "backward")):
         return False
-    return all(hasattr(opt, "_on_before_step") and hasattr(opt, "_on_after_step")
-               for opt in strategy._lightning_optimizers)
-
-
-def check_checkpoint_meta(checkpoint: Any, name: str = "the checkpoint") -> dict[str, Any]:
-    """The ``td3_lightning`` section of a loaded checkpoint; :class:`UserInputError` with one
-    line if it is not a TD3 checkpoint of the format this version reads."""
-    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-        raise UserInputError(f"{name} is not a Lightning checkpoint (no 'state_dict')")
-    meta = checkpoint.get(CHECKPOINT_KEY)
-    if not isinstance(meta, dict):
-        raise UserInputError(
-            f"{name} was not written by td3_lightning (a Lightning checkpoint without the '{CHECKPOINT_KEY}' section)"
-        )
-    if meta.get("algorithm") != "TD3":
-        raise UserInputError(f"{name} holds a '{meta.get('algorithm')}' model, not TD3")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise UserInputError(
-            f"{name} has format version {meta.get('format_version')}; this td3_lightning reads version {FORMAT_VERSION}"
-        )
-    return meta
+    return _lightning.step_counting_hooks_exist(trainer)
 
 
 def _check_hparams(**hp: Any) -> None:

@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def quiet_trainer(**kwargs) -> L.Trainer:
-    """A Trainer that writes nothing and prints little."""
+    """A Trainer that writes nothing and prints little, with the env loop that feeds the replay."""
+    from td3_lightning import EnvLoop
+
     defaults = dict(
         logger=False,
         enable_checkpointing=False,
@@ -29,6 +31,9 @@ def quiet_trainer(**kwargs) -> L.Trainer:
         devices=1,
     )
     defaults.update(kwargs)
+    callbacks = list(defaults.get("callbacks") or [])
+    if not any(isinstance(c, EnvLoop) for c in callbacks):
+        defaults["callbacks"] = [EnvLoop(), *callbacks]
     return L.Trainer(**defaults)
 
 

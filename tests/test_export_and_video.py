@@ -94,8 +94,10 @@ def test_tensorboard_gets_eval_videos_every_n_validations_and_the_val_return_as_
     dm = ReplayDataModule("Pendulum-v1", warmup_steps=50, batch_size=16, buffer_size=500, eval_episodes=1,
                           tensorboard_video_every=2)
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8, 8])
-    logger = TensorBoardLogger(tmp_path, name="tb")
-    quiet_trainer(max_steps=60, logger=logger, val_check_interval=20).fit(model, dm)
+    from td3_lightning.hp_metric import HpMetric
+
+    logger = TensorBoardLogger(tmp_path, name="tb", default_hp_metric=False)
+    quiet_trainer(max_steps=60, logger=logger, val_check_interval=20, callbacks=[HpMetric()]).fit(model, dm)
 
     events = EventAccumulator(logger.log_dir, size_guidance={"images": 0, "scalars": 0})
     events.Reload()

@@ -223,7 +223,7 @@ def test_direct_update_is_chosen_only_when_no_hook_watches_the_update():
 
 
 def test_compiled_losses_train_like_eager():
-    """compile_mode default: the losses run through torch.compile (Inductor on the CPU) and
+    """compile_mode default: the whole update runs through torch.compile (Inductor on the CPU) and
     the weights follow the eager run to float32 rounding."""
     import shutil
 
@@ -250,9 +250,9 @@ class _Recording(TD3):
         super().__init__(*a, **kw)
         self.seen: list[tuple[float, float, float | None]] = []
 
-    def _track(self, loss_q, q, loss_pi) -> None:
+    def track_statistics(self, loss_q, q, loss_pi) -> None:
         self.seen.append((loss_q.item(), q[0].mean().item(), None if loss_pi is None else loss_pi.item()))
-        super()._track(loss_q, q, loss_pi)
+        super().track_statistics(loss_q, q, loss_pi)
 
 
 def test_logged_training_statistics_are_the_means_since_the_last_log():
@@ -276,10 +276,10 @@ class _Overwritten(_Recording):
 
     def __init__(self, *a, **kw) -> None:
         super().__init__(*a, **kw)
-        self._graph_outputs = True  # what _loss_functions sets for CUDA graphs; compile_mode none keeps it
+        self.stats.copy_outputs = True  # what compile_mode reduce-overhead sets on a GPU; compile_mode none keeps it
 
-    def _track(self, loss_q, q, loss_pi) -> None:
-        super()._track(loss_q, q, loss_pi)
+    def track_statistics(self, loss_q, q, loss_pi) -> None:
+        super().track_statistics(loss_q, q, loss_pi)
         for out in (loss_q, q, loss_pi):
             if out is not None:
                 out.detach().fill_(float("nan"))  # the buffers' next contents
