@@ -202,13 +202,16 @@ class CarRacingState(CarRacing):
         missed_tile_penalty: TRAINING AID, changes the reward.  0.0 (default)
             = CarRacing's rewards.  A positive amount P: P is subtracted from
             the reward of the step in which the car's projection on the centre
-            line gets ``MISSED_TILE_MARGIN`` tiles past a tile that no wheel
-            has touched (once per tile; ``info["tiles_missed"]`` counts them).
-            Why: CarRacing's lap only closes when every tile is visited (the
-            start tile is touched at the start, so its 95% rule never fires),
-            and a lap left open costs every remaining frame until the time
-            limit, a loss that lies hundreds of steps after the corner that
-            caused it; the penalty puts that cost at the corner.
+            line first gets ``MISSED_TILE_MARGIN`` tiles past a tile that no
+            wheel has touched (once per episode; ``info["tiles_missed"]``
+            counts every such tile).  Why: CarRacing's lap only closes when
+            every tile is visited (the start tile is touched at the start, so
+            its 95% rule never fires), and a lap left open costs every
+            remaining frame until the time limit, a loss that lies hundreds of
+            steps after the corner that caused it; the penalty puts that cost
+            at the corner.  Once per episode, as the loss it stands for: a
+            penalty per tile would also charge a car that leaves the road for
+            every tile it passes, and teach it to crawl.
         lap_complete_percent: fraction of tiles that must be visited before
             touching the start tile completes the lap (CarRacing's option).
         domain_randomize: CarRacing's colour randomisation (only affects
@@ -427,9 +430,9 @@ class CarRacingState(CarRacing):
                 break
         truncated = self.max_episode_frames is not None and self.frames >= self.max_episode_frames
         obs = self._observe()
-        missed = self._newly_missed_tiles()
-        if missed and self.missed_tile_penalty:
-            total -= missed * self.missed_tile_penalty
+        first_miss = self.tiles_missed == 0
+        if self._newly_missed_tiles() and first_miss:
+            total -= self.missed_tile_penalty
         return obs, total, terminated, truncated, self._info(lap_finished, out_of_field, off_road_end)
 
     def _newly_missed_tiles(self) -> int:
