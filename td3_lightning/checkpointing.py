@@ -55,6 +55,8 @@ FORMAT_VERSION = 1
 #: what a slim checkpoint keeps
 SLIM_KEYS = ("state_dict", "hyper_parameters", "hparams_name", CHECKPOINT_KEY, "pytorch-lightning_version",
              "epoch", "global_step")
+#: the command line's name for the best checkpoint by val/return (``checkpoint.filename``)
+BEST_FILENAME = "best-step{step}"
 #: the key under which Lightning saves the datamodule's state (its class name)
 DATAMODULE_KEY = "ReplayDataModule"
 
@@ -263,3 +265,51 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
     out = Path(out)
     atomic_torch_save(slim, out)
     return out
+
+
+# ------------------------------------------------------------------------------ finding a run's checkpoints
+def find_last_checkpoint(config: Any) -> Path:
+    """The newest ``last.ckpt`` that a run with this configuration writes (see :func:`find_run_checkpoint`)."""
+    return find_run_checkpoint(config, "last")
+
+
+def find_run_checkpoint(config: Any, kind: str) -> Path:
+    """The newest ``last.ckpt`` (``kind`` ``last``) or best checkpoint by ``val/return``
+    (``kind`` ``best``: named by ``checkpoint.filename``, ``best-step*.ckpt`` by default) that a
+    run with this configuration writes: under ``checkpoint.dirpath`` if set, else
+    ``<logger save_dir>/<name>/*/checkpoints/`` (by default ``lightning_logs/version_*/checkpoints/``
+    in the current folder)."""
+    trainer = config.get("trainer") or {}
+    root = Path(trainer.get("default_root_dir") or os.getcwd())
+    checkpoint = config.get("checkpoint") or {}
+    if kind == "last":
+        name_glob = "last*.ckpt"
+    else:
+        filename = checkpoint.get("filename") or BEST_FILENAME
+        name_glob = filename.split("{", 1)[0] + "*.ckpt"
+    dirpath = checkpoint.get("dirpath")
+    if dirpath:
+        where = Path(dirpath)
+        candidates = list(where.glob(name_glob))
+        described = f"{where}/{name_glob}"
+    else:
+        logger = trainer.get("logger")
+        if isinstance(logger, list):
+            logger = logger[0] if logger else False
+        if logger is False:
+            where, pattern = root, f"checkpoints/{name_glob}"
+        else:
+            init = (logger.get("init_args") or {}) if hasattr(logger, "get") else {}
+            save_dir = Path(init.get("save_dir") or root)
+            name = init.get("name", "lightning_logs")
+            where, pattern = (save_dir / name if name else save_dir), f"*/checkpoints/{name_glob}"
+        candidates = list(where.glob(pattern))
+        described = f"{where}/{pattern}"
+    candidates = [p for p in candidates if p.is_file()]
+    if kind == "best":
+        candidates = [p for p in candidates if not p.name.startswith("last")]
+    if not candidates:
+        raise UserInputError(
+            f"--ckpt_path {kind}: no checkpoint matches {described}; pass a checkpoint file to --ckpt_path"
+        )
+    return max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))

@@ -26,7 +26,13 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from td3_lightning._lightning import LightningCLIHooks, cli_option_names
 from td3_lightning.callbacks import EnvLoop, RLProgressBar, TestReport
-from td3_lightning.checkpointing import ModelCheckpoint, inspect_checkpoint, with_atomic_checkpoint_io
+from td3_lightning.checkpointing import (
+    BEST_FILENAME,
+    ModelCheckpoint,
+    find_run_checkpoint,
+    inspect_checkpoint,
+    with_atomic_checkpoint_io,
+)
 from td3_lightning.data import ReplayDataModule
 from td3_lightning.errors import UserInputError
 from td3_lightning.hp_metric import HpMetric
@@ -49,15 +55,15 @@ CHECKPOINT_DEFAULTS: dict[str, Any] = {
     "checkpoint.mode": "max",
     "checkpoint.save_last": True,
     "checkpoint.save_top_k": 1,
-    "checkpoint.filename": "best-step{step}",
+    "checkpoint.filename": BEST_FILENAME,
     "checkpoint.auto_insert_metric_name": False,
 }
 
 
 _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")
 
-# --ckpt_path values that Lightning resolves itself (besides "last", which the CLI resolves)
-_LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
+# --ckpt_path values that Lightning resolves itself (besides "last" and "best", which the CLI resolves)
+_LIGHTNING_CKPT_NAMES = ("hpc", "registry")
 
 
 class TD3CLI(LightningCLIHooks):
@@ -65,7 +71,8 @@ class TD3CLI(LightningCLIHooks):
 
     On top of LightningCLI: checkpoints are written atomically (:class:`AtomicCheckpointIO`
     unless the user passes a ``CheckpointIO`` plugin); ``--ckpt_path last`` means the newest
-    ``last.ckpt`` of earlier runs; a checkpoint is read and checked (readable, TD3, format
+    ``last.ckpt`` of earlier runs, ``--ckpt_path best`` the newest best checkpoint by
+    ``val/return`` (what ``validate`` and ``test`` take without ``--ckpt_path``); a checkpoint is read and checked (readable, TD3, format
     version, env shapes, buffer size) before anything is built or written; parse errors are
     raised as :class:`UserInputError` with one line.
     """
@@ -94,10 +101,12 @@ class TD3CLI(LightningCLIHooks):
         if subcommand:
             config = self.config[subcommand]
             ckpt = config.get("ckpt_path")
-            if ckpt == "last":
-                ckpt = str(find_last_checkpoint(config))
+            if ckpt is None and subcommand in ("validate", "test"):
+                ckpt = "best"  # what the newest run found best, not untrained weights
+            if ckpt in ("last", "best"):
+                ckpt = str(find_run_checkpoint(config, ckpt))
                 self.config[f"{subcommand}.ckpt_path"] = ckpt
-                rank_zero_info(f"--ckpt_path last: {ckpt}")
+                rank_zero_info(f"--ckpt_path {config.get('ckpt_path') or 'best (the default)'}: {ckpt}")
             if ckpt is not None and not _lightning_resolves(ckpt):
                 if not os.path.isfile(ckpt):
                     problem = "is a folder, not a file" if os.path.isdir(ckpt) else "not found"
@@ -187,38 +196,6 @@ class TD3CLI(LightningCLIHooks):
 
 def _lightning_resolves(ckpt: str) -> bool:
     return ckpt in _LIGHTNING_CKPT_NAMES or ckpt.startswith("registry:") or "://" in ckpt
-
-
-def find_last_checkpoint(config: Any) -> Path:
-    """The newest ``last.ckpt`` that a run with this configuration writes: under
-    ``checkpoint.dirpath`` if set, else ``<logger save_dir>/<name>/*/checkpoints/`` (by default
-    ``lightning_logs/version_*/checkpoints/`` in the current folder)."""
-    trainer = config.get("trainer") or {}
-    root = Path(trainer.get("default_root_dir") or os.getcwd())
-    dirpath = (config.get("checkpoint") or {}).get("dirpath")
-    if dirpath:
-        where = Path(dirpath)
-        candidates = list(where.glob("last*.ckpt"))
-        described = f"{where}/last*.ckpt"
-    else:
-        logger = trainer.get("logger")
-        if isinstance(logger, list):
-            logger = logger[0] if logger else False
-        if logger is False:
-            where, pattern = root, "checkpoints/last*.ckpt"
-        else:
-            init = (logger.get("init_args") or {}) if hasattr(logger, "get") else {}
-            save_dir = Path(init.get("save_dir") or root)
-            name = init.get("name", "lightning_logs")
-            where, pattern = (save_dir / name if name else save_dir), "*/checkpoints/last*.ckpt"
-        candidates = list(where.glob(pattern))
-        described = f"{where}/{pattern}"
-    candidates = [p for p in candidates if p.is_file()]
-    if not candidates:
-        raise UserInputError(
-            f"--ckpt_path last: no checkpoint matches {described}; pass a checkpoint file to --ckpt_path"
-        )
-    return max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))
 
 
 def _clean_type(text: str) -> str:

@@ -1,10 +1,13 @@
 """Export a trained policy from a checkpoint.
 
+    python -m td3_lightning export --out policy.ckpt              # the newest run's best checkpoint, slim
     python -m td3_lightning export --ckpt_path last.ckpt --out policy.ckpt                 # slim checkpoint
     python -m td3_lightning export --ckpt_path last.ckpt --out actor.pt --format torchscript
     python -m td3_lightning export --ckpt_path last.ckpt --out actor.onnx --format onnx
 
-(``python -m td3_lightning.export ...`` is the same command.)
+(``python -m td3_lightning.export ...`` is the same command.) ``--ckpt_path`` defaults to ``best``: the
+newest best checkpoint by ``val/return`` under ``./lightning_logs/*/checkpoints/``; ``last`` is the newest
+``last.ckpt`` there.
 
 ``slim`` keeps only what ``test``, ``validate`` and ``TD3.load_from_checkpoint`` need
 (network weights, hyperparameters, the td3_lightning section): no optimizer state, no
@@ -25,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from td3_lightning.checkpointing import SLIM_KEYS, atomic_path, check_checkpoint, slim_checkpoint
+from td3_lightning.checkpointing import SLIM_KEYS, atomic_path, check_checkpoint, find_run_checkpoint, slim_checkpoint
 from td3_lightning.errors import UserInputError
 
 __all__ = ["SLIM_KEYS", "slim_checkpoint", "export_torchscript", "export_onnx", "main"]
@@ -70,12 +73,18 @@ EXPORTERS = {"slim": slim_checkpoint, "torchscript": export_torchscript, "onnx":
 def main(args: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m td3_lightning export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ckpt_path", required=True, help="the checkpoint to export from")
+    parser.add_argument("--ckpt_path", default="best",
+                        help="the checkpoint to export from; best (default) or last: the newest run's under "
+                        "./lightning_logs")
     parser.add_argument("--out", required=True, help="the file to write")
     parser.add_argument("--format", choices=list(EXPORTERS), default="slim", help="what to write (default: slim)")
     ns = parser.parse_args(args)
     try:
-        out = EXPORTERS[ns.format](ns.ckpt_path, ns.out)
+        ckpt = ns.ckpt_path
+        if ckpt in ("best", "last"):
+            ckpt = find_run_checkpoint({}, ckpt)
+            print(f"--ckpt_path {ns.ckpt_path}: {ckpt}")
+        out = EXPORTERS[ns.format](ckpt, ns.out)
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

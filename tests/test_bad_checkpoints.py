@@ -14,7 +14,8 @@ import pytest
 import torch
 import yaml
 
-from td3_lightning.cli import find_last_checkpoint, main
+from td3_lightning.checkpointing import find_last_checkpoint
+from td3_lightning.cli import main
 from td3_lightning.errors import UserInputError
 
 RUN = [
@@ -218,3 +219,46 @@ def test_a_real_process_prints_exactly_one_line(args, message, real_ckpt, tmp_pa
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and out.stderr.startswith(f"error: {message}"), out.stderr
     assert out.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------- --ckpt_path best, the default of test
+def test_test_without_ckpt_path_takes_the_newest_best_checkpoint(real_ckpt, tmp_path, monkeypatch, capsys):
+    import json
+
+    run = real_ckpt.parent
+    best = sorted(run.glob("best-step*.ckpt"))
+    assert len(best) == 1  # the fit's best validation checkpoint (top 1 by val/return)
+    monkeypatch.chdir(tmp_path)
+    older = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "best-step30.ckpt"
+    newer = tmp_path / "lightning_logs" / "version_1" / "checkpoints" / best[0].name
+    for path, age in [(older, 100), (newer, 0)]:
+        path.parent.mkdir(parents=True)
+        shutil.copy(best[0], path)
+        os.utime(path, ns=(best[0].stat().st_mtime_ns - age * 10**9,) * 2)
+    shutil.copy(real_ckpt, older.parent / "last.ckpt")  # newest of all files, but not a best checkpoint
+    main(["test", *RUN, "--data.test_episodes", "2"])
+    config = yaml.safe_load((tmp_path / "lightning_logs" / "version_2" / "config.yaml").read_text())
+    assert config["ckpt_path"] == str(newer)
+    results = json.loads((tmp_path / "lightning_logs" / "version_2" / "test_results.json").read_text())
+    assert results["test/episodes"] == 2.0
+
+
+def test_test_without_any_best_checkpoint_says_what_to_pass(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    err = _error_line(["test", *RUN], capsys)
+    assert err == (
+        f"error: --ckpt_path best: no checkpoint matches {tmp_path}/lightning_logs/*/checkpoints/best-step*.ckpt; "
+        "pass a checkpoint file to --ckpt_path"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_defaults_to_the_newest_best_checkpoint(real_ckpt, tmp_path, monkeypatch, capsys):
+    from td3_lightning.export import main as export_main
+
+    best = next(real_ckpt.parent.glob("best-step*.ckpt"))
+    monkeypatch.chdir(real_ckpt.parents[3])
+    export_main(["--out", str(tmp_path / "policy.ckpt")])
+    assert f"--ckpt_path best: {best}" in capsys.readouterr().out
+    slim = torch.load(tmp_path / "policy.ckpt", weights_only=True)
+    assert slim["global_step"] == torch.load(best, weights_only=True)["global_step"] and "optimizer_states" not in slim
