@@ -10,6 +10,8 @@ the median env steps/s of each, the ratios, and the time split of one training s
 
 td3_lightning runs with ``lunar.yaml``'s ``data.steps_per_batch 8`` (eight training steps per
 Lightning batch; the same training, bit for bit); ``--ablations`` adds one step per batch.
+``--baseline DIR`` adds td3_lightning from another checkout (e.g. ``git worktree add /tmp/base <commit>``),
+run alternately with this one, to compare two versions side by side in one run.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ ENV_ID = "LunarLander-v3"
 
 
 # ----------------------------------------------------------------------------- the three runs
-def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hooked: bool = False) -> dict[str, float]:
+def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hooked: bool = False,
+                      checkout: str | None = None) -> dict[str, float]:
     """The normal CLI path; the progress bar's final rate excludes the warm-up.
 
     ``extra``: more CLI arguments; ``hooked``: backward passes and optimizer steps through
-    Lightning's hooks (``TD3.direct_update = False``) instead of around them."""
+    Lightning's hooks (``TD3.direct_update = False``) instead of around them; ``checkout``: the
+    td3_lightning of another source tree (its root folder) instead of this one."""
     args = [
         "fit", "--config", "lunar.yaml",
         "--trainer.max_steps", str(steps), "--data.warmup_steps", str(WARMUP), "--trainer.limit_val_batches", "0",
@@ -45,9 +49,12 @@ def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hook
         "import sys; from td3_lightning.module import TD3; from td3_lightning.cli import main; "
         f"TD3.direct_update = {False if hooked else None}; sys.argv = ['td3_lightning', *sys.argv[1:]]; main()"
     )
+    env = os.environ.copy()
+    if checkout is not None:
+        env["PYTHONPATH"] = os.path.abspath(checkout) + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory() as cwd:  # the CLI saves its config.yaml in the cwd without a logger
         out = subprocess.run([sys.executable, "-c", launcher, *args], capture_output=True, text=True, check=False,
-                             cwd=cwd)
+                             cwd=cwd, env=env)
     rates = re.findall(r"\| (\d+(?:\.\d+)?) steps/s \|", out.stdout)
     if out.returncode != 0 or not rates:
         raise RuntimeError(f"td3_lightning run failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
@@ -145,6 +152,7 @@ def run_plain(steps: int, device: str) -> dict[str, float]:
 
 
 RUNNERS = {"td3_lightning": run_td3_lightning, "sb3": run_sb3, "plain": run_plain}
+BASELINE = "td3_lightning (baseline checkout)"
 # --ablations: td3_lightning with one of its speed-ups switched off
 ABLATIONS = {
     "td3_lightning, steps_per_batch 1": lambda n, d: run_td3_lightning(n, d, ("--data.steps_per_batch", "1")),
@@ -167,18 +175,25 @@ def main() -> None:
     parser.add_argument("--ablations", action="store_true",
                         help="also run td3_lightning with one training step per batch, without flush_denormal, "
                         "with Lightning's hooked update and with compiled losses (default and reduce-overhead)")
-    parser.add_argument("--one", choices=[*RUNNERS, *ABLATIONS], help=argparse.SUPPRESS)  # internal: one run
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also run td3_lightning from the source tree DIR (another commit's checkout)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one run
     args = parser.parse_args()
+    runners = {**RUNNERS, **ABLATIONS}
+    if args.baseline:
+        runners[BASELINE] = lambda n, d: run_td3_lightning(n, d, checkout=args.baseline)
 
     if args.one:
-        print(json.dumps({**RUNNERS, **ABLATIONS}[args.one](args.steps, args.device)))
+        print(json.dumps(runners[args.one](args.steps, args.device)))
         return
 
     names = [n for n in RUNNERS if n not in args.skip] + (list(ABLATIONS) if args.ablations else [])
+    names += [BASELINE] if args.baseline else []
     results: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for r in range(args.repeats):
         for name in names:
-            cmd = [sys.executable, __file__, "--one", name, "--steps", str(args.steps), "--device", args.device]
+            cmd = [sys.executable, __file__, "--one", name, "--steps", str(args.steps), "--device", args.device,
+                   *(["--baseline", args.baseline] if args.baseline else [])]
             out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
             if out.returncode != 0:
                 sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
@@ -193,6 +208,8 @@ def main() -> None:
     for n in names:
         runs = ", ".join(f"{x['steps_per_sec']:.1f}" for x in results[n])
         print(f"| {n} | {med[n]:.1f} | {runs} |")
+    if BASELINE in med and "td3_lightning" in med:
+        print(f"\ntd3_lightning / {BASELINE}: {med['td3_lightning'] / med[BASELINE]:.3f}x")
     ours = [n for n in med if n.startswith("td3_lightning")]
     for n in ours:
         ratios = [f"/ {other}: {med[n] / med[other]:.2f}x" for other in ("sb3", "plain") if other in med]
