@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from td3_lightning import TD3
-from td3_lightning.data import run_episode
+from td3_lightning.evaluation import run_episode
 from td3_lightning.envs import make_env
 
 

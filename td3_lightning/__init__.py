@@ -22,7 +22,7 @@ _EXPORTS = {
     "TD3": "td3_lightning.module",
     "Actor": "td3_lightning.networks",
     "CriticEnsemble": "td3_lightning.networks",
-    "EnvLoop": "td3_lightning.callbacks",
+    "EnvLoop": "td3_lightning.envloop",
     "RLProgressBar": "td3_lightning.callbacks",
     "TestReport": "td3_lightning.callbacks",
     "ReplayBuffer": "td3_lightning.replay",

@@ -95,3 +95,41 @@ def cli_option_names(cli: LightningCLI, args: Any) -> list[str]:
             parser = subparsers[arg]
             break
     return [o for o in getattr(parser, "_option_string_actions", {}) if o.startswith("--")]
+
+
+# ---------------------------------------------------------------- the training loop's batch counters
+def count_extra_batches(trainer: L.Trainer, extra: int) -> None:
+    """Count ``extra`` more training batches in the fit loop (``epoch_loop.batch_progress`` and
+    ``epoch_loop._batches_that_stepped``), so that a Lightning batch of several training steps
+    counts as that many batches: validation intervals, ``batch_idx`` and the logging step then
+    count training steps."""
+    loop = trainer.fit_loop.epoch_loop
+    loop.batch_progress.increment_by(extra, is_last_batch=loop.batch_progress.is_last_batch)
+    loop._batches_that_stepped += extra
+
+
+def align_batch_count(trainer: L.Trainer) -> None:
+    """Raise the fit loop's batch count to ``global_step`` if it lags behind (a checkpoint that
+    counted a batch of several training steps as one batch)."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    behind = trainer.global_step - progress.total.ready  # ready: completed lags by one if saved mid-batch
+    if behind > 0:
+        progress.increment_by(behind, is_last_batch=progress.is_last_batch)
+
+
+def val_check_is_a_time(trainer: L.Trainer) -> bool:
+    """Whether ``val_check_interval`` was given as a time (``Trainer._val_check_time_interval``)."""
+    return trainer._val_check_time_interval is not None
+
+
+def every_n_train_steps(callback: Any) -> int:
+    """A ``ModelCheckpoint``'s step interval (``_every_n_train_steps``; 0 when it has none)."""
+    return int(getattr(callback, "_every_n_train_steps", 0) or 0)
+
+
+# ---------------------------------------------------------------- TensorBoard
+def tensorboard_file_writer(experiment: Any) -> Any:
+    """The event-file writer of a ``SummaryWriter`` (``_get_file_writer``), which takes a
+    hand-built ``Summary`` (an animated GIF) where the public ``add_*`` methods take frames only
+    as still images or as video that TensorBoard shows only with moviepy."""
+    return experiment._get_file_writer()

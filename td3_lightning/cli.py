@@ -25,7 +25,8 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from td3_lightning._lightning import LightningCLIHooks, cli_option_names
-from td3_lightning.callbacks import EnvLoop, RLProgressBar, TestReport
+from td3_lightning.callbacks import RLProgressBar, TestReport
+from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
     ModelCheckpoint,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -23,13 +22,13 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from td3_lightning.checkpointing import atomic_path
+from td3_lightning import _lightning
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env
 from td3_lightning.errors import UserInputError
+from td3_lightning.evaluation import EpisodeStream, Policy
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer
-
-Policy = Callable[[np.ndarray], np.ndarray]
+from td3_lightning.video import log_tensorboard_video, write_video
 
 # Training episodes are seeded from this value up, so evaluation and test seeds below it
 # (the defaults are) are never tracks or start states the agent trained on.
@@ -63,6 +62,8 @@ class ReplayStream(IterableDataset):
                 "use num_workers=0"
             )
         dm = self.datamodule
+        if dm._collector is None:
+            dm.collect()  # says that the EnvLoop callback is missing
         while True:
             yield dm.next_batch() if dm.chunk_steps == 1 else ReplayChunk(dm, dm.next_batch())
 
@@ -99,126 +100,9 @@ class ReplayChunk:
         while not dm.chunk_ends():
             batch = dm.next_batch()
             dm.num_consumed += 1
-            dm.collect()
+            dm.collect()  # the env steps of this training step
             self.steps += 1
             yield batch
-
-
-def run_episode(
-    env: gym.Env, policy: Policy, seed: int | None, frames: list[np.ndarray] | None = None
-) -> dict[str, float]:
-    """Play one episode with ``policy``; return its return, length and wall-clock seconds.
-
-    With ``frames`` (the env made with ``render_mode="rgb_array"``), every rendered frame,
-    the first observation's included, is appended to it.
-    """
-    start = time.perf_counter()
-    obs, _ = env.reset(seed=seed)
-    if frames is not None:
-        frames.append(env.render())
-    total, length, done = 0.0, 0, False
-    while not done:
-        obs, reward, terminated, truncated, _ = env.step(policy(obs))
-        total += float(reward)
-        length += 1
-        done = terminated or truncated
-        if frames is not None:
-            frames.append(env.render())
-    return {"return": total, "length": float(length), "seconds": time.perf_counter() - start}
-
-
-def video_fps(env: gym.Env) -> float:
-    """Frames per second of a video with one frame per env step."""
-    fps = float(env.metadata.get("render_fps") or 30)
-    return fps / max(1, int(getattr(env.unwrapped, "action_repeat", 1)))
-
-
-def write_video(path: Path, frames: list[np.ndarray], fps: float) -> Path:
-    """Write RGB frames to ``path`` (``.mp4`` with ffmpeg, or ``.gif``), atomically."""
-    import imageio.v2 as imageio
-
-    with atomic_path(path, suffix=f".tmp{path.suffix}") as tmp:  # imageio picks the format by suffix
-        if path.suffix == ".gif":
-            imageio.mimsave(tmp, frames, duration=1000 / fps, loop=0)
-        else:
-            with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=2) as writer:
-                for frame in frames:
-                    writer.append_data(frame)
-    return path
-
-
-VideoSink = Callable[[int, int, list[np.ndarray], float, dict[str, float]], None]
-
-
-class EpisodeStream(IterableDataset):
-    """Yields one finished episode per item: ``{"return", "length", "seconds", "seed"}``.
-
-    Args:
-        env_fn: the env to play.
-        policy: observation -> action.
-        seeds: env seed of each episode.
-        record: how many of the first episodes to record (played on ``video_env_fn()``), or a
-            function called at the start of each pass that returns it.
-        video_env_fn: the same env with ``render_mode="rgb_array"``.
-        on_video: called with ``(episode index, seed, frames, fps, stats)`` for each
-            recorded episode.
-    """
-
-    def __init__(
-        self,
-        env_fn: Callable[[], gym.Env],
-        policy: Policy,
-        seeds: list[int],
-        record: int | Callable[[], int] = 0,
-        video_env_fn: Callable[[], gym.Env] | None = None,
-        on_video: VideoSink | None = None,
-    ) -> None:
-        self.env_fn, self.policy, self.seeds = env_fn, policy, seeds
-        self.record, self.video_env_fn, self.on_video = record, video_env_fn, on_video
-
-    def __len__(self) -> int:
-        return len(self.seeds)
-
-    def __iter__(self) -> Iterator[dict[str, Tensor]]:
-        env = self.env_fn()
-        record = self.record() if callable(self.record) else self.record
-        for i, seed in enumerate(self.seeds):
-            if i < record and self.video_env_fn is not None and self.on_video is not None:
-                video_env = self.video_env_fn()
-                frames: list[np.ndarray] = []
-                stats = run_episode(video_env, self.policy, seed, frames)
-                self.on_video(i, seed, frames, video_fps(video_env), stats)
-                video_env.close()
-            else:
-                stats = run_episode(env, self.policy, seed)
-            yield {k: torch.tensor(v, dtype=torch.float64) for k, v in {**stats, "seed": seed}.items()}
-
-
-def log_tensorboard_video(trainer: L.Trainer, tag: str, frames: list[np.ndarray], fps: float,
-                          max_width: int = 160) -> bool:
-    """Add ``frames`` to every TensorBoard logger of ``trainer`` as an animated GIF (shown in
-    TensorBoard's Images tab), downscaled to at most ``max_width`` pixels wide.  Returns whether
-    a TensorBoard logger took it."""
-    import io
-
-    import imageio.v2 as imageio
-    from lightning.pytorch.loggers import TensorBoardLogger
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    writers = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
-    if not writers or not frames:
-        return False
-    stride = max(1, -(-frames[0].shape[1] // max_width))  # ceil(width / max_width)
-    small = [np.ascontiguousarray(f[::stride, ::stride, :3]) for f in frames]
-    buf = io.BytesIO()
-    imageio.mimsave(buf, small, format="gif", duration=1000 / fps, loop=0)
-    height, width = small[0].shape[:2]
-    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=buf.getvalue())
-    summary = Summary(value=[Summary.Value(tag=tag, image=image)])
-    for writer in writers:
-        writer._get_file_writer().add_summary(summary, trainer.global_step)
-        writer.flush()
-    return True
 
 
 class ReplayDataModule(L.LightningDataModule):
@@ -343,7 +227,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.frame_stack = frame_stack
         self.steps_per_batch = steps_per_batch
         self.chunk_steps = steps_per_batch  # what this fit uses (see chunk_steps)
-        self.collect: Callable[[], None] = _no_collector  # set by the env loop: env steps for the next training step
+        self._collector: Callable[[], None] | None = None  # see attach_collector
 
         probe = make_env(env_id, self.env_kwargs)  # fails early on a bad id, kwargs or spaces
         try:
@@ -416,6 +300,27 @@ class ReplayDataModule(L.LightningDataModule):
             self._sample_gen = torch.Generator(device=device)
             rank = self.trainer.global_rank if self.trainer is not None else 0
             self._sample_gen.manual_seed(int(torch.randint(2**62, (1,)).item()) + rank)
+
+    # ------------------------------------------------------------- the env loop's side
+    def attach_collector(self, collect: Callable[[], None]) -> None:
+        """The one link from the replay stream back to the env loop.
+
+        ``collect()`` takes the env steps due before the next training step and writes their
+        transitions to :attr:`buffer`. The env-stepping callback (``EnvLoop``) attaches it at the
+        start of a fit and calls it itself before every Lightning batch; the stream calls it
+        only between the training steps of a :class:`ReplayChunk` (``data.steps_per_batch`` > 1),
+        where no callback hook runs, so that every step sees the transitions it would see alone.
+        """
+        self._collector = collect
+
+    def collect(self) -> None:
+        """Run the attached collector (see :meth:`attach_collector`)."""
+        if self._collector is None:
+            raise UserInputError(
+                "ReplayDataModule needs the EnvLoop callback to step the envs: "
+                "L.Trainer(callbacks=[td3_lightning.EnvLoop()])"
+            )
+        self._collector()
 
     def chunk_ends(self) -> bool:
         """Whether the current chunk of training steps is complete (see :class:`ReplayChunk`)."""
@@ -614,10 +519,6 @@ class ReplayDataModule(L.LightningDataModule):
         self._pending = deque({k: v.to(device) for k, v in b.items()} for b in state.get("in_flight", []))
 
 
-def _no_collector() -> None:
-    raise UserInputError("data.steps_per_batch > 1 needs the EnvLoop callback (TD3.configure_callbacks adds it)")
-
-
 def chunk_steps(trainer: L.Trainer | None, steps_per_batch: int) -> tuple[int, list[str]]:
     """The training steps per batch a fit can use: validation, logging and step-based
     checkpoints happen at the end of a batch, so chunks end at multiples of the greatest common
@@ -627,10 +528,10 @@ def chunk_steps(trainer: L.Trainer | None, steps_per_batch: int) -> tuple[int, l
         return steps_per_batch, []
     intervals = [("trainer.log_every_n_steps", trainer.log_every_n_steps)]
     val = getattr(trainer, "val_check_interval", None)  # unset when the interval is a time
-    if isinstance(val, int) and not isinstance(val, bool) and trainer._val_check_time_interval is None:
+    if isinstance(val, int) and not isinstance(val, bool) and not _lightning.val_check_is_a_time(trainer):
         intervals.append(("trainer.val_check_interval", val))
     for cb in trainer.checkpoint_callbacks:
-        every = getattr(cb, "_every_n_train_steps", 0)
+        every = _lightning.every_n_train_steps(cb)
         if every:
             intervals.append(("checkpoint.every_n_train_steps", every))
     steps, lowered_by = steps_per_batch, []

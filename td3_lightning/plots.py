@@ -30,7 +30,7 @@ class LearningCurve(L.Callback):
         self._env_loop: Any = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from td3_lightning.callbacks import EnvLoop
+        from td3_lightning.envloop import EnvLoop
 
         loop = self._env_loop = next((c for c in trainer.callbacks if isinstance(c, EnvLoop)), None)
         if loop is not None and not self.train:  # warm-up episodes (random actions) are not drawn

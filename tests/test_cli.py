@@ -174,3 +174,12 @@ def test_every_shipped_config_parses(name, capsys):
     printed = capsys.readouterr().out
     env_id = re.search(r"^  env_id: (\S+)$", printed, re.M)
     assert env_id is not None and env_id.group(1) in (CONFIG_DIR / name).read_text()
+
+
+def test_progress_line_says_the_time_left():
+    from td3_lightning.callbacks import time_left
+
+    assert time_left(1000, 7000, 100.0) == ", 1 min left"  # 6000 steps at 100 steps/s
+    assert time_left(0, 200_000, 80.0) == ", 42 min left"
+    assert time_left(6990, 7000, 100.0) == ", <1 min left"
+    assert time_left(7000, 7000, 100.0) == time_left(10, -1, 100.0) == time_left(10, 100, 0.0) == ""

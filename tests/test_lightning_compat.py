@@ -117,3 +117,62 @@ def test_lightning_cli_private_steps_reach_the_public_hooks():
     assert calls == ["read_checkpoint_hparams", "set_seed", "trainer_callbacks"]
     options = _lightning.cli_option_names(cli, [])
     assert "--model.gamma" in options and "--data.env_id" in options and "--trainer.max_steps" in options
+
+
+def test_count_extra_batches_advances_the_batch_counters():
+    seen: list[tuple[int, int]] = []
+
+    class Extra(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            loop = trainer.fit_loop.epoch_loop
+            if batch_idx == 0:
+                before = (loop.batch_progress.total.completed, loop._batches_that_stepped)
+                _lightning.count_extra_batches(trainer, 4)
+                after = (loop.batch_progress.total.completed, loop._batches_that_stepped)
+                seen.append((after[0] - before[0], after[1] - before[1]))
+            else:
+                seen.append((batch_idx, 0))
+
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1, callbacks=[Extra()])
+    trainer.fit(_Counting())
+    assert seen == [(4, 4), (5, 0)]  # the next batch's index counts the four extra ones
+
+
+def test_align_batch_count_raises_the_batch_count_to_global_step():
+    seen: list[int] = []
+
+    class Align(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if trainer.global_step == 2:
+                progress = trainer.fit_loop.epoch_loop.batch_progress
+                progress.total.ready -= 2  # as a checkpoint that counted two steps as one batch
+                seen.append(trainer.global_step - progress.total.ready)
+                _lightning.align_batch_count(trainer)
+                seen.append(trainer.global_step - progress.total.ready)
+
+    trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1, callbacks=[Align()])
+    trainer.fit(_Counting())
+    assert seen == [1, 0]  # one batch behind global_step, then level with it
+
+
+def test_val_check_is_a_time_and_every_n_train_steps():
+    by_time = L.Trainer(val_check_interval="00:00:01:00", logger=False, enable_checkpointing=False)
+    by_steps = L.Trainer(val_check_interval=100, logger=False, enable_checkpointing=False)
+    assert _lightning.val_check_is_a_time(by_time) and not _lightning.val_check_is_a_time(by_steps)
+    assert _lightning.every_n_train_steps(LightningModelCheckpoint(every_n_train_steps=40)) == 40
+    assert _lightning.every_n_train_steps(LightningModelCheckpoint()) == 0
+
+
+def test_tensorboard_file_writer_takes_a_summary(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    _lightning.tensorboard_file_writer(writer).add_summary(Summary(value=[Summary.Value(tag="x", simple_value=2.5)]), 7)
+    writer.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("x")] == [(7, 2.5)]

@@ -1,0 +1,59 @@
+"""Videos of episodes: mp4 or gif files, and animated GIFs in TensorBoard's Images tab."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import lightning as L
+import numpy as np
+
+from td3_lightning import _lightning
+from td3_lightning.checkpointing import atomic_path
+
+
+def video_fps(env: gym.Env) -> float:
+    """Frames per second of a video with one frame per env step."""
+    fps = float(env.metadata.get("render_fps") or 30)
+    return fps / max(1, int(getattr(env.unwrapped, "action_repeat", 1)))
+
+
+def write_video(path: Path, frames: list[np.ndarray], fps: float) -> Path:
+    """Write RGB frames to ``path`` (``.mp4`` with ffmpeg, or ``.gif``), atomically."""
+    import imageio.v2 as imageio
+
+    with atomic_path(path, suffix=f".tmp{path.suffix}") as tmp:  # imageio picks the format by suffix
+        if path.suffix == ".gif":
+            imageio.mimsave(tmp, frames, duration=1000 / fps, loop=0)
+        else:
+            with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=2) as writer:
+                for frame in frames:
+                    writer.append_data(frame)
+    return path
+
+
+def log_tensorboard_video(trainer: L.Trainer, tag: str, frames: list[np.ndarray], fps: float,
+                          max_width: int = 160) -> bool:
+    """Add ``frames`` to every TensorBoard logger of ``trainer`` as an animated GIF (shown in
+    TensorBoard's Images tab), downscaled to at most ``max_width`` pixels wide.  Returns whether
+    a TensorBoard logger took it."""
+    import io
+
+    import imageio.v2 as imageio
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    writers = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+    if not writers or not frames:
+        return False
+    stride = max(1, -(-frames[0].shape[1] // max_width))  # ceil(width / max_width)
+    small = [np.ascontiguousarray(f[::stride, ::stride, :3]) for f in frames]
+    buf = io.BytesIO()
+    imageio.mimsave(buf, small, format="gif", duration=1000 / fps, loop=0)
+    height, width = small[0].shape[:2]
+    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=buf.getvalue())
+    summary = Summary(value=[Summary.Value(tag=tag, image=image)])
+    for writer in writers:
+        _lightning.tensorboard_file_writer(writer).add_summary(summary, trainer.global_step)
+        writer.flush()
+    return True

@@ -1,0 +1,102 @@
+"""The package's shape: no import cycles, and data flowing one way
+(env -> EnvLoop -> ReplayBuffer -> ReplayStream -> TD3.training_step)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import td3_lightning
+from td3_lightning import EnvLoop, ReplayDataModule, TD3
+from td3_lightning.errors import UserInputError
+
+PACKAGE = Path(td3_lightning.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the td3_lightning modules it imports, at module level or inside functions."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_a_known_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_package_has_no_import_cycle():
+    graph = import_graph()
+    assert {"td3_lightning.module", "td3_lightning.envloop", "td3_lightning.cli"} <= set(graph)
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_the_module_imports_no_env_code_and_the_env_loop_no_update():
+    graph = import_graph()
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    assert not reach("td3_lightning.module") & {"td3_lightning.envloop", "td3_lightning.callbacks",
+                                                 "td3_lightning.data", "td3_lightning.envs"}
+    assert "td3_lightning.module" not in reach("td3_lightning.envloop")
+    assert "td3_lightning.envloop" not in reach("td3_lightning.data")  # the stream knows the loop by interface
+
+
+def test_training_without_the_env_loop_says_how_to_add_it():
+    import lightning as L
+
+    dm = ReplayDataModule("Pendulum-v1", warmup_steps=10, batch_size=4, buffer_size=100)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8])
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    with pytest.raises(UserInputError, match=r"^ReplayDataModule needs the EnvLoop callback to step the envs: "
+                                             r"L\.Trainer\(callbacks=\[td3_lightning\.EnvLoop\(\)\]\)$"):
+        trainer.fit(model, dm)
+    assert isinstance(EnvLoop(), L.Callback)
