@@ -62,7 +62,7 @@ class ReplayStream(IterableDataset):
                 "use num_workers=0"
             )
         dm = self.datamodule
-        if dm._collector is None:
+        if not dm.has_collector:
             dm.collect()  # says that the EnvLoop callback is missing
         while True:
             yield dm.next_batch() if dm.chunk_steps == 1 else ReplayChunk(dm, dm.next_batch())
@@ -312,6 +312,11 @@ class ReplayDataModule(L.LightningDataModule):
         where no callback hook runs, so that every step sees the transitions it would see alone.
         """
         self._collector = collect
+
+    @property
+    def has_collector(self) -> bool:
+        """Whether an env loop attached its collector (see :meth:`attach_collector`)."""
+        return self._collector is not None
 
     def collect(self) -> None:
         """Run the attached collector (see :meth:`attach_collector`)."""

@@ -315,8 +315,11 @@ class TD3(L.LightningModule):
         return self.lr_schedule.at(step, self._run_length())
 
     def _run_length(self) -> int | None:
-        trainer = self._trainer
-        return trainer.max_steps if trainer is not None and trainer.max_steps and trainer.max_steps > 0 else None
+        try:
+            trainer = self.trainer
+        except RuntimeError:  # not attached to a Trainer
+            return None
+        return trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
 
     def _set_learning_rates(self, factor: float) -> None:
         if self.lr_schedule.final == self.lr_schedule.start:
