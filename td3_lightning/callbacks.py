@@ -102,7 +102,8 @@ class TestReport(L.Callback):
     """After ``test``: prints one summary line and writes ``test_results.json`` into the run
     folder, for scripts: every ``test/*`` metric, and each episode's return and length
     (``episode_returns``, ``episode_lengths``; with one process, in the order the episodes
-    finished, under DDP rank by rank)."""
+    finished, under DDP rank by rank). When the env reports gymnasium's ``info["is_success"]``
+    (CarRacing: the lap was closed), also ``test/success_rate`` and ``episode_successes``."""
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         log_dir = trainer.log_dir  # a collective under DDP: every rank asks
@@ -114,7 +115,9 @@ class TestReport(L.Callback):
         print(
             f"test: {int(m['test/episodes'])} episodes, return {m['test/return']:.1f} ± {m['test/return_std']:.1f} "
             f"(min {m['test/return_min']:.1f}, max {m['test/return_max']:.1f}), "
-            f"{m['test/seconds_per_episode']:.2f} s per episode"
+            + (f"{round(m['test/success_rate'] * m['test/episodes'])} successful (info['is_success']), "
+               if "test/success_rate" in m else "")
+            + f"{m['test/seconds_per_episode']:.2f} s per episode"
         )
         if log_dir is not None:
             path = Path(log_dir) / "test_results.json"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -19,27 +20,27 @@ Policy = Callable[[np.ndarray], np.ndarray]
 def run_episode(
     env: gym.Env, policy: Policy, seed: int | None, frames: list[np.ndarray] | None = None
 ) -> dict[str, float]:
-    """Play one episode with ``policy``; return its return, length and wall-clock seconds.
+    """Play one episode with ``policy``; return its return, length, wall-clock seconds and
+    ``success`` (the last step's ``info["is_success"]``, gymnasium's convention, as 1.0 or 0.0;
+    NaN when the env does not report it: CarRacing's closed lap does).
 
     With ``frames`` (the env made with ``render_mode="rgb_array"``), every rendered frame,
     the first observation's included, is appended to it.
     """
     start = time.perf_counter()
-    obs, _ = env.reset(seed=seed)
+    obs, info = env.reset(seed=seed)
     if frames is not None:
         frames.append(env.render())
     total, length, done = 0.0, 0, False
     while not done:
-        obs, reward, terminated, truncated, _ = env.step(policy(obs))
+        obs, reward, terminated, truncated, info = env.step(policy(obs))
         total += float(reward)
         length += 1
         done = terminated or truncated
         if frames is not None:
             frames.append(env.render())
-    return {"return": total, "length": float(length), "seconds": time.perf_counter() - start}
-
-
-VideoSink = Callable[[int, int, list[np.ndarray], float, dict[str, float]], None]
+    success = float(bool(info["is_success"])) if "is_success" in info else math.nan
+    return {"return": total, "length": float(length), "seconds": time.perf_counter() - start, "success": success}
 
 
 class EpisodeStream(IterableDataset):

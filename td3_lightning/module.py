@@ -154,7 +154,8 @@ class TD3(L.LightningModule):
         self.test_returns = CatMetric()
         self.test_lengths = CatMetric()
         self.test_seconds = MeanMetric()
-        # the last test's episodes, {"episode_returns": [...], "episode_lengths": [...]}, for TestReport
+        self.test_successes = CatMetric(nan_strategy="disable")
+        # the last test's episodes, {"episode_returns": [...], "episode_lengths": [...], ...}, for TestReport
         self.test_episodes: dict[str, list[float]] = {}
 
     # ================================================================== the TD3 update
@@ -367,26 +368,29 @@ class TD3(L.LightningModule):
         self.test_returns.update(batch["return"])
         self.test_lengths.update(batch["length"])
         self.test_seconds.update(batch["seconds"])
+        self.test_successes.update(batch.get("success", torch.tensor(float("nan"))))
 
     def on_test_epoch_end(self) -> None:
         returns = self.test_returns.compute().float().reshape(-1)
         lengths = self.test_lengths.compute().float().reshape(-1)
+        successes = self.test_successes.compute().float().reshape(-1)
         std = returns.std(unbiased=False) if returns.numel() > 1 else torch.zeros(())
-        self.log_dict(
-            {
-                "test/return": returns.mean(),
-                "test/return_std": std,
-                "test/return_min": returns.min(),
-                "test/return_max": returns.max(),
-                "test/episode_length": lengths.mean(),
-                "test/episodes": float(returns.numel()),
-                "test/seconds_per_episode": self.test_seconds.compute(),
-            }
-        )
+        metrics = {
+            "test/return": returns.mean(),
+            "test/return_std": std,
+            "test/return_min": returns.min(),
+            "test/return_max": returns.max(),
+            "test/episode_length": lengths.mean(),
+            "test/episodes": float(returns.numel()),
+            "test/seconds_per_episode": self.test_seconds.compute(),
+        }
         self.test_episodes = {"episode_returns": returns.tolist(), "episode_lengths": lengths.tolist()}
-        self.test_returns.reset()
-        self.test_lengths.reset()
-        self.test_seconds.reset()
+        if not successes.isnan().any():  # the env reports info["is_success"] (CarRacing: the lap was closed)
+            metrics["test/success_rate"] = successes.mean()
+            self.test_episodes["episode_successes"] = successes.tolist()
+        self.log_dict(metrics)
+        for metric in (self.test_returns, self.test_lengths, self.test_seconds, self.test_successes):
+            metric.reset()
 
     # ------------------------------------------------------------------ optimizers and state
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:

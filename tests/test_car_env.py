@@ -435,3 +435,24 @@ def test_hand_controller_on_features_drives_the_lap(track_seed):
     score, info = controller_score(track_seed)
     assert info["lap_finished"] and info["frames"] < 1000
     assert score > 800
+
+
+def test_a_closed_lap_is_reported_as_gymnasiums_is_success():
+    import torch
+
+    from td3_lightning import TD3
+    from td3_lightning.evaluation import run_episode
+
+    shipped = Path(car_module.__file__).parents[1] / "checkpoints" / "car_random_tracks.ckpt"
+    actor = TD3.load_from_checkpoint(shipped, map_location="cpu").actor.eval()
+
+    def drive(obs):
+        with torch.no_grad():
+            return actor(torch.as_tensor(obs)[None])[0].numpy()
+
+    env = CarRacingState(action_mode="steer_throttle", action_repeat=2)
+    closed = run_episode(env, drive, seed=3)  # the shipped driver closes this lap in about 300 steps
+    assert closed["success"] == 1.0 and closed["length"] < 500
+    coasting = run_episode(env, lambda obs: np.zeros(2, dtype=np.float32), seed=3)
+    assert coasting["success"] == 0.0 and coasting["length"] == 500  # the time limit, lap open
+    assert math.isnan(run_episode(gym.make("Pendulum-v1"), lambda obs: np.zeros(1, np.float32), seed=0)["success"])

@@ -461,6 +461,7 @@ class CarRacingState(CarRacing):
             "tiles_visited": self.tile_visited_count,
             "tiles_total": len(self.track),
             "lap_finished": lap_finished,
+            "is_success": lap_finished,  # gymnasium's name for it: the lap was closed
             "out_of_playfield": out_of_field,
             "off_road_frames": self.off_road_frames,
             "off_road_terminated": off_road_end,
