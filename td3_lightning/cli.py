@@ -20,10 +20,11 @@ from typing import Any
 
 from lightning.pytorch import Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
-from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_option_names
 from td3_lightning.callbacks import RLProgressBar, TestReport
 from td3_lightning.envloop import EnvLoop
@@ -79,6 +80,11 @@ class TD3CLI(LightningCLIHooks):
     """
 
     _ckpt_facts: dict[str, Any] | None = None
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """LightningCLI's subcommands less ``predict`` (a policy is evaluated by validate and test)."""
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in commands.TRAINER_SUBCOMMANDS}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -276,8 +282,19 @@ def _bundled(path: str) -> str:
 DESCRIPTION = (
     "TD3 reinforcement learning as a PyTorch Lightning trainer: fit, validate and test take a config "
     "(e.g. --config car.yaml) and any override. `python -m td3_lightning export --help` exports a checkpoint's "
-    "policy (slim checkpoint, TorchScript or ONNX)."
+    "policy (slim checkpoint, TorchScript or ONNX); `python -m td3_lightning tune --help` searches hyperparameters."
 )
+
+
+def cli_kwargs() -> dict[str, Any]:
+    """What :func:`main` gives :class:`TD3CLI` besides the arguments (``tune`` builds its trials with it)."""
+    return {
+        "trainer_defaults": dict(TRAINER_DEFAULTS),
+        "save_config_kwargs": {"overwrite": True},
+        "auto_configure_optimizers": False,
+        # parse errors are raised, and printed as one line by main, instead of a usage dump
+        "parser_kwargs": {"prog": "python -m td3_lightning", "exit_on_error": False, "description": DESCRIPTION},
+    }
 
 
 def main(args: list[str] | None = None) -> None:
@@ -285,25 +302,35 @@ def main(args: list[str] | None = None) -> None:
     # the resolved arguments are passed explicitly; they are sys.argv's, not a second set
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     argv = sys.argv[1:] if args is None else list(args)
-    if argv[:1] == ["export"]:  # not a Trainer entry point: its own small parser
+    if not argv or argv[0] in ("-h", "--help"):  # the listing of the subcommands
+        print(commands.listing(), file=sys.stdout if argv else sys.stderr)
+        if not argv:
+            print(f"error: {commands.no_subcommand()}", file=sys.stderr)
+        sys.exit(0 if argv else 2)
+    if argv[0] == "export":  # not a Trainer entry point: its own small parser
         from td3_lightning.export import main as export_main
 
         export_main(argv[1:])
         return
+    if argv[0] == "tune":  # fits in a loop, each through this function
+        from td3_lightning.tune import main as tune_main
+
+        tune_main(argv[1:])
+        return
+    if not argv[0].startswith("-") and argv[0] not in commands.TRAINER_SUBCOMMANDS:
+        print(f"error: {commands.unknown_subcommand(argv[0])}", file=sys.stderr)
+        sys.exit(2)
     try:
         argv = resolve_config_args(argv)
-        TD3CLI(
-            TD3,
-            ReplayDataModule,
-            args=argv,
-            trainer_defaults=TRAINER_DEFAULTS,
-            save_config_kwargs={"overwrite": True},
-            auto_configure_optimizers=False,
-            # parse errors are raised, and printed as one line below, instead of a usage dump
-            parser_kwargs={"prog": "python -m td3_lightning", "exit_on_error": False, "description": DESCRIPTION},
-        )
+        TD3CLI(TD3, ReplayDataModule, args=argv, **cli_kwargs())
     except UserInputError as err:
-        print(f"error: {err}", file=sys.stderr)
+        message = str(err)
+        bad = re.search(r"subcommand.*invalid choice: '([^']*)'", message)  # after top-level options
+        if bad:
+            message = commands.unknown_subcommand(bad.group(1))
+        elif 'expected "subcommand"' in message:  # top-level options alone, e.g. `--config x.yaml`
+            message = commands.no_subcommand()
+        print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
     except argparse.ArgumentError as err:  # a parse error outside parse_arguments (e.g. while instantiating)
         print(f"error: {one_line_parse_error(str(err))}", file=sys.stderr)

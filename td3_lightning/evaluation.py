@@ -43,6 +43,10 @@ def run_episode(
     return {"return": total, "length": float(length), "seconds": time.perf_counter() - start, "success": success}
 
 
+#: called with ``(episode index, seed, frames, fps, stats)`` for each recorded episode
+VideoSink = Callable[[int, int, list[np.ndarray], float, dict[str, float]], None]
+
+
 class EpisodeStream(IterableDataset):
     """Yields one finished episode per item: ``{"return", "length", "seconds", "seed"}``.
 

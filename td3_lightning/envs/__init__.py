@@ -12,23 +12,13 @@ import numpy as np
 
 from td3_lightning.errors import UserInputError
 
-_registered = False
-
 
 def register_envs() -> None:
-    """Register the project's environments with gymnasium (idempotent)."""
-    global _registered
-    if _registered:
-        return
-    try:
-        from td3_lightning.envs.car_racing import register_envs as _register_car
-        from td3_lightning.envs.car_racing_pixels import register_pixels_env
-    except ImportError:  # pragma: no cover - the car module needs box2d
-        pass
-    else:
-        _register_car()
-        register_pixels_env()
-    _registered = True
+    """Register the project's environments with gymnasium (idempotent; ``import td3_lightning``
+    already did it, see :mod:`td3_lightning.registration`)."""
+    from td3_lightning.registration import register_envs as _register
+
+    _register()
 
 
 @dataclass(frozen=True)

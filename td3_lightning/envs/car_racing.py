@@ -101,6 +101,8 @@ from gymnasium.envs.box2d.car_racing import (
 )
 from gymnasium.utils import EzPickle, seeding
 
+from td3_lightning.registration import ENTRY_POINTS, register_car_env
+
 ENV_ID = "CarRacingState-v0"
 
 #: physics frames after which CarRacing-v3's TimeLimit truncates an episode
@@ -571,16 +573,6 @@ class CarRacingState(CarRacing):
         return self._pts.copy()
 
 
-def register_car_env(env_id: str, entry_point: str) -> None:
-    """Register a CarRacing env with gymnasium (safe to call repeatedly).
-
-    Registered without ``max_episode_steps``: the env truncates after 1000
-    physics frames by itself (see :class:`CarRacingState`).
-    """
-    if env_id not in gym.registry:
-        gym.register(id=env_id, entry_point=entry_point, max_episode_steps=None, reward_threshold=900)
-
-
 def register_envs() -> None:
     """Register ``CarRacingState-v0`` with gymnasium (safe to call repeatedly)."""
-    register_car_env(ENV_ID, "td3_lightning.envs.car_racing:CarRacingState")
+    register_car_env(ENV_ID, ENTRY_POINTS[ENV_ID])

@@ -29,7 +29,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import EzPickle
 
-from td3_lightning.envs.car_racing import CarRacingState, register_car_env
+from td3_lightning.envs.car_racing import CarRacingState
+from td3_lightning.registration import ENTRY_POINTS, register_car_env
 
 PIXELS_ENV_ID = "CarRacingPixels-v0"
 STATE_SIZE = 96  # CarRacing-v3's state_pixels frames are 96x96
@@ -115,4 +116,4 @@ class CarRacingPixels(CarRacingState):
 
 def register_pixels_env() -> None:
     """Register ``CarRacingPixels-v0`` (idempotent)."""
-    register_car_env(PIXELS_ENV_ID, "td3_lightning.envs.car_racing_pixels:CarRacingPixels")
+    register_car_env(PIXELS_ENV_ID, ENTRY_POINTS[PIXELS_ENV_ID])

@@ -1,0 +1,469 @@
+"""Hyperparameter search with Optuna: ``python -m td3_lightning tune``.
+
+    python -m td3_lightning tune --config pendulum.yaml --n_trials 20 --trainer.max_steps 5000
+
+Each trial is a short ``fit`` of the config with the trial's parameters, built by the same
+command line machinery as ``python -m td3_lightning fit`` (:class:`~td3_lightning.cli.TD3CLI`
+with ``run=False``); every fit option given on the command line (``--trainer.max_steps 5000``,
+``--data.eval_episodes 5``, ...) applies to every trial. A trial writes its run (logs,
+checkpoints, ``config.yaml``) under ``<study_dir>/trial_<number>`` and its value is the
+``val/return`` of its last validation. At each validation the trial reports ``val/return``
+to Optuna, whose median pruner stops trials that do worse than the median of earlier trials
+at the same training step: a pruned trial stops the way a finished one does, so its
+checkpoints and logs are complete.
+
+The study lives in a database (``--storage``, an Optuna RDB URL, default
+``sqlite:///tune.db``): run the same command again and it adds trials to the same study;
+start it on several machines with one ``postgresql://`` or ``mysql://`` URL and they share
+the study. At the end it prints the study's trials and writes the best trial's full
+configuration (``--best_config``), which ``python -m td3_lightning fit --config <file>``
+takes as it is.
+
+Optuna is an optional dependency: ``pip install "td3_lightning[tune]"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import lightning as L
+import yaml
+
+from td3_lightning.errors import UserInputError
+
+if TYPE_CHECKING:
+    import optuna
+
+PROG = "python -m td3_lightning tune"
+METRIC = "val/return"
+
+#: The search space used without ``--space``: fit option -> Optuna distribution.
+DEFAULT_SPACE: dict[str, dict[str, Any]] = {
+    "model.actor_lr": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
+    "model.critic_lr": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
+    "model.exploration_noise": {"type": "float", "low": 0.05, "high": 0.3},
+    "model.policy_noise": {"type": "float", "low": 0.1, "high": 0.4},
+    "model.tau": {"type": "float", "low": 1e-3, "high": 2e-2, "log": True},
+    "data.batch_size": {"type": "categorical", "choices": [64, 128, 256]},
+    "model.hidden_dims": {"type": "categorical", "choices": [[64, 64], [256, 256], [400, 300]]},
+}
+
+_ENTRY_KEYS = {"float": {"low", "high", "log", "step"}, "int": {"low", "high", "log", "step"},
+               "categorical": {"choices"}}
+_SQLITE_TIMEOUT_S = 60  # processes sharing one SQLite file wait this long for each other's writes
+# errors of processes that create a new database's tables together (SQLite, PostgreSQL, MySQL wording)
+_RACES = ("already exists", "locked", "unique constraint", "duplicate key", "duplicate entry")
+_HEARTBEAT_S = 60  # a trial whose process died is marked failed after 2 missed heartbeats
+
+
+# ----------------------------------------------------------------------------- the pruning callback
+class ReportValReturn(L.Callback):
+    """Reports ``val/return`` to an Optuna trial at each validation (step = the training step)
+    and, when the pruner says so, stops training the way Lightning stops any run
+    (``trainer.should_stop``): the run's checkpoints and logs are written completely, and
+    :func:`run_trial` raises ``optuna.TrialPruned`` once ``fit`` has returned."""
+
+    def __init__(self, trial: optuna.Trial) -> None:
+        self.trial = trial
+        self.last_value: float | None = None
+        self.pruned_at: int | None = None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or METRIC not in trainer.callback_metrics:
+            return
+        value = float(trainer.callback_metrics[METRIC])
+        self.last_value = value
+        self.trial.report(value, step=trainer.global_step)
+        if self.trial.should_prune():
+            self.pruned_at = trainer.global_step
+            trainer.should_stop = True
+
+
+# ----------------------------------------------------------------------------- the search space
+def load_space(path: str | None) -> dict[str, dict[str, Any]]:
+    """The space of ``--space`` (YAML or JSON), or :data:`DEFAULT_SPACE`; entries checked for form."""
+    if path is None:
+        space: Any = DEFAULT_SPACE
+    else:
+        file = Path(path)
+        if not file.is_file():
+            raise UserInputError(f"space file not found: {path}; pass a YAML or JSON file to --space")
+        try:
+            space = yaml.safe_load(file.read_text())
+        except yaml.YAMLError as err:
+            raise UserInputError(f"space file {path} is not valid YAML or JSON ({' '.join(str(err).split())})") from None
+        if not isinstance(space, dict) or not space:
+            raise UserInputError(
+                f"space file {path}: expected a mapping of fit option to distribution, e.g. "
+                "'model.actor_lr: {type: float, low: 1e-4, high: 1e-3, log: true}', got " + repr(space)[:80]
+            )
+    for name, entry in space.items():
+        _check_entry(str(name), entry)
+    return {str(name): dict(entry) for name, entry in space.items()}
+
+
+def _check_entry(name: str, entry: Any) -> None:
+    where = f"space entry {name}"
+    if not isinstance(entry, dict) or entry.get("type") not in _ENTRY_KEYS:
+        got = entry.get("type") if isinstance(entry, dict) else entry
+        raise UserInputError(f"{where}: type must be float, int or categorical, got {got!r}; "
+                             "e.g. {type: float, low: 1e-4, high: 1e-3, log: true}")
+    kind = entry["type"]
+    extra = set(entry) - _ENTRY_KEYS[kind] - {"type"}
+    if extra:
+        raise UserInputError(f"{where}: unknown key(s) {', '.join(sorted(extra))} for type {kind}; "
+                             f"a {kind} entry takes {', '.join(sorted(_ENTRY_KEYS[kind]))}")
+    if kind == "categorical":
+        choices = entry.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise UserInputError(f"{where}: choices must be a non-empty list, got {choices!r}")
+        return
+    number = float if kind == "float" else int
+    low, high = entry.get("low"), entry.get("high")
+    for what, value in (("low", low), ("high", high)):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or (number is int and int(value) != value):
+            raise UserInputError(f"{where}: {what} must be a finite {kind}, got {value!r}")
+    if not low < high:
+        raise UserInputError(f"{where}: low must be below high, got low={low} high={high}")
+    if entry.get("log") and low <= 0:
+        raise UserInputError(f"{where}: a log scale needs low > 0, got low={low}")
+    if entry.get("log") and entry.get("step") is not None:
+        raise UserInputError(f"{where}: log and step cannot be combined; drop one of them")
+
+
+def _choice_value(choice: Any) -> Any:
+    """Optuna stores None, bool, int, float and str choices; lists and mappings are stored as JSON."""
+    return choice if choice is None or isinstance(choice, (bool, int, float, str)) else json.dumps(choice)
+
+
+def suggest(trial: optuna.Trial, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The trial's value for every entry of ``space``."""
+    params = {}
+    for name, entry in space.items():
+        kind = entry["type"]
+        if kind == "categorical":
+            params[name] = trial.suggest_categorical(name, [_choice_value(c) for c in entry["choices"]])
+        elif kind == "float":
+            params[name] = trial.suggest_float(name, float(entry["low"]), float(entry["high"]),
+                                               log=bool(entry.get("log", False)), step=entry.get("step"))
+        else:
+            params[name] = trial.suggest_int(name, int(entry["low"]), int(entry["high"]),
+                                             log=bool(entry.get("log", False)), step=int(entry.get("step") or 1))
+    return params
+
+
+def as_args(params: dict[str, Any]) -> list[str]:
+    """``{"model.tau": 0.01}`` -> ``["--model.tau=0.01"]`` (JSON values; strings as they are)."""
+    return [f"--{name}={value if isinstance(value, str) else json.dumps(value)}" for name, value in params.items()]
+
+
+def _bounds(entry: dict[str, Any]) -> list[Any]:
+    if entry["type"] == "categorical":
+        return [_choice_value(c) for c in entry["choices"]]
+    return [entry["low"], entry["high"]]
+
+
+# ----------------------------------------------------------------------------- the command line machinery
+def _build_cli(args: list[str], callbacks: list[L.Callback] | None = None, instantiate: bool = True) -> Any:
+    """A :class:`TD3CLI` for ``args`` (fit options, no subcommand), built as ``main`` builds it."""
+    from td3_lightning.cli import TD3CLI, cli_kwargs
+    from td3_lightning.data import ReplayDataModule
+    from td3_lightning.module import TD3
+
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")  # as main() does
+    kwargs = cli_kwargs()
+    if callbacks:
+        kwargs["trainer_defaults"]["callbacks"] = list(callbacks)
+    cli_class = TD3CLI if instantiate else _parse_only_class()
+    try:
+        return cli_class(TD3, ReplayDataModule, args=args, run=False, **kwargs)
+    except argparse.ArgumentError as err:
+        from td3_lightning.cli import one_line_parse_error
+
+        raise UserInputError(one_line_parse_error(str(err))) from None
+
+
+def _parse_only_class() -> type:
+    from td3_lightning.cli import TD3CLI
+
+    class ParseOnly(TD3CLI):
+        """Parses and checks the arguments; builds no env, model or trainer."""
+
+        def instantiate_classes(self) -> None:
+            pass
+
+    return ParseOnly
+
+
+def _fit_options(cli: Any) -> list[str]:
+    return sorted(o[2:] for o in cli.parser._option_string_actions if o.startswith("--") and "." in o)
+
+
+def check_space(cli: Any, base: list[str], space: dict[str, dict[str, Any]]) -> None:
+    """Every name of ``space`` a fit option, every bound and choice a value the fit parser takes."""
+    from td3_lightning.cli import _suggest
+
+    options = _fit_options(cli)
+    for name, entry in space.items():
+        if name not in options:
+            raise UserInputError(
+                f"space entry {name}: no fit option of that name{_suggest(name, options)}; "
+                "the names are fit options as --help lists them without the dashes, e.g. model.actor_lr"
+            )
+        for value in _bounds(entry):
+            try:
+                cli.parser.parse_args([*base, *as_args({name: value})])
+            except argparse.ArgumentError as err:
+                from td3_lightning.cli import one_line_parse_error
+
+                raise UserInputError(f"space entry {name}: {value!r} is not a valid value "
+                                     f"({one_line_parse_error(str(err))})") from None
+
+
+def _overridden(overrides: list[str]) -> set[str]:
+    """The fit options that the command line sets (``--name value`` or ``--name=value``)."""
+    return {a[2:].split("=", 1)[0] for a in overrides if a.startswith("--")}
+
+
+# ----------------------------------------------------------------------------- the study
+def open_study(storage_url: str, study_name: str, pruner: Any, sampler_seed: int | None,
+               fingerprint: dict[str, Any]) -> optuna.Study:
+    """Create the study, or load it when it exists (``load_if_exists``) and check it is the same search."""
+    import optuna
+
+    engine_kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}} if storage_url.startswith("sqlite") else None
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat is "experimental"
+                storage = optuna.storages.RDBStorage(storage_url, engine_kwargs=engine_kwargs,
+                                                     heartbeat_interval=_HEARTBEAT_S, grace_period=2 * _HEARTBEAT_S)
+            break
+        except Exception as err:  # noqa: BLE001 - sqlalchemy errors, missing database drivers, bad URLs
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            # processes that open a new database together race to create its tables: the loser tries again
+            if attempt < 4 and any(m in first.lower() for m in _RACES):
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            raise UserInputError(
+                f"cannot open the storage {storage_url} ({type(err).__name__}: {first}); pass a database URL that "
+                "can be opened to --storage, e.g. sqlite:///tune.db or postgresql://user:password@host/db"
+            ) from None
+    sampler = optuna.samplers.TPESampler(seed=sampler_seed)
+    study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize", sampler=sampler,
+                                pruner=pruner, load_if_exists=True)
+    if study.direction != optuna.study.StudyDirection.MAXIMIZE:
+        raise UserInputError(f"study {study_name} in {storage_url} minimizes its value; tune maximizes {METRIC}: "
+                             "pass another --study_name")
+    theirs = study.user_attrs.get("search")
+    if theirs is None:
+        study.set_user_attr("search", fingerprint)
+    elif theirs != fingerprint:
+        differ = [k for k in fingerprint if fingerprint[k] != theirs.get(k)]
+        raise UserInputError(
+            f"study {study_name} in {storage_url} was run with another {' and '.join(differ)} "
+            f"({'; '.join(f'{k}: {json.dumps(theirs.get(k))}' for k in differ)}); run it with the same config, "
+            "fit options and space, or pass another --study_name"
+        )
+    return study
+
+
+def run_trial(trial: optuna.Trial, base: list[str], space: dict[str, dict[str, Any]], study_dir: Path) -> float:
+    """One short fit with the trial's parameters; its value is the last ``val/return``."""
+    import optuna
+
+    params = suggest(trial, space)
+    folder = study_dir / f"trial_{trial.number}"
+    print(f"trial {trial.number}: {_params_text(params)} -> {folder}", flush=True)
+    report = ReportValReturn(trial)
+    cli = _build_cli([*base, *as_args(params), "--trainer.default_root_dir", str(folder)], callbacks=[report])
+    trial.set_user_attr("seed_everything", cli.config.get("seed_everything"))  # drawn when the config says true
+    try:
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    except SystemExit:
+        if cli.trainer.interrupted:  # Lightning ends a run on Ctrl+C with sys.exit(1): Optuna fails the trial on this
+            raise KeyboardInterrupt from None
+        raise
+    if report.pruned_at is not None:
+        print(f"trial {trial.number}: pruned at step {report.pruned_at} ({METRIC} {report.last_value:.2f})")
+        raise optuna.TrialPruned(f"{METRIC} {report.last_value} at step {report.pruned_at}")
+    if report.last_value is None:
+        raise UserInputError(
+            f"trial {trial.number} ran no validation, so it has no {METRIC}: set --trainer.val_check_interval "
+            "to at most --trainer.max_steps (and --trainer.limit_val_batches above 0)"
+        )
+    print(f"trial {trial.number}: {METRIC} {report.last_value:.2f}", flush=True)
+    return report.last_value
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_fmt(v)}" for k, v in params.items())
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def trials_table(study: optuna.Study, names: list[str]) -> str:
+    """One row per trial of the study: number, state, value and the parameters."""
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    best = _best_number(study)
+    header = ["trial", "state", METRIC, *names]
+    rows = [[f"{t.number}{'*' if t.number == best else ''}", t.state.name,
+             "" if t.value is None else f"{t.value:.2f}", *(_fmt(t.params[n]) if n in t.params else "" for n in names)]
+            for t in trials]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join(lines)
+
+
+def _best_number(study: optuna.Study) -> int | None:
+    import optuna
+
+    complete = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
+    return max(complete, key=lambda t: (t.value, -t.number)).number if complete else None
+
+
+def write_best_config(study: optuna.Study, base: list[str], path: Path, storage_url: str) -> int | None:
+    """The best trial's full fit configuration, written atomically to ``path``; its number (None: no
+    trial completed, nothing written)."""
+    from td3_lightning.checkpointing import atomic_path
+
+    best = _best_number(study)
+    if best is None:
+        return None
+    trial = next(t for t in study.get_trials(deepcopy=False) if t.number == best)
+    seed = trial.user_attrs.get("seed_everything")
+    seed_args = as_args({"seed_everything": seed}) if seed is not None else []
+    cli = _build_cli([*base, *as_args(trial.params), *seed_args], instantiate=False)
+    text = cli.parser.dump(cli.config, skip_none=False)
+    header = (f"# the best trial of the study {study.study_name} ({storage_url}): trial {best}, {METRIC} "
+              f"{trial.value:.2f}\n#   python -m td3_lightning fit --config {path.name}\n")
+    with atomic_path(path) as tmp:
+        tmp.write_text(header + text)
+    return best
+
+
+# ----------------------------------------------------------------------------- main
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, raised (argparse prints the usage and exits)
+        raise UserInputError(f"{message}; {PROG} --help lists the options")
+
+
+def _parser() -> argparse.ArgumentParser:
+    space = "\n".join(f"  {name}: {json.dumps(entry)}" for name, entry in DEFAULT_SPACE.items())
+    parser = _Parser(
+        prog=PROG, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage=f"{PROG} --config <yaml> [--storage URL] [--n_trials N] [--space FILE] [...] [any fit option]",
+        description=__doc__.split("\n\n", 2)[2],
+        epilog=f"Any other option is a fit option (python -m td3_lightning fit --help) and applies to every "
+               f"trial; a fit option that names a parameter of the space fixes it (it is left out of the "
+               f"search).\n\nThe default space (--space replaces it; a YAML or JSON file of such entries; types "
+               f"float and int take low, high, log, step; categorical takes choices):\n{space}",
+    )
+    parser.add_argument("-c", "--config", required=True, help="the fit config (a YAML file or a bundled config name)")
+    parser.add_argument("--storage", default="sqlite:///tune.db",
+                        help="Optuna RDB URL of the study's database (default: sqlite:///tune.db); one "
+                             "postgresql:// or mysql:// URL lets many machines share the study")
+    parser.add_argument("--study_name", help="the study's name (default: the config file's name without .yaml); "
+                                             "an existing study of that name is continued")
+    parser.add_argument("--n_trials", type=int, default=20, help="trials this command runs (default: 20)")
+    parser.add_argument("--space", help="YAML or JSON file of the search space (default: the space below)")
+    parser.add_argument("--study_dir", help="folder of the trials' runs, trial_<number> each "
+                                            "(default: tune/<study_name>)")
+    parser.add_argument("--best_config", default="best_config.yaml",
+                        help="where the best trial's config is written (default: best_config.yaml)")
+    parser.add_argument("--pruner", choices=["median", "none"], default="median",
+                        help=f"median: stop a trial whose {METRIC} is below the median of earlier trials at the "
+                             "same step; none: run every trial to the end (default: median)")
+    parser.add_argument("--pruner_startup_trials", type=int, default=5,
+                        help="trials that finish before the median pruner stops any (default: 5)")
+    parser.add_argument("--pruner_warmup_steps", type=int, default=0,
+                        help="training steps before the median pruner judges a trial (default: 0)")
+    parser.add_argument("--sampler_seed", type=int, default=None,
+                        help="seed of the TPE sampler (default: none, a random one)")
+    return parser
+
+
+def tune(argv: list[str]) -> None:
+    """The ``tune`` subcommand; :class:`UserInputError` for bad input, before anything is written."""
+    ns, overrides = _parser().parse_known_args(argv)
+    try:
+        import optuna
+    except ImportError:
+        raise UserInputError('tune needs Optuna, which is not installed: pip install "td3_lightning[tune]"') from None
+    if ns.n_trials < 1:
+        raise UserInputError(f"--n_trials must be at least 1, got {ns.n_trials}")
+    if ns.pruner_startup_trials < 0 or ns.pruner_warmup_steps < 0:
+        raise UserInputError("--pruner_startup_trials and --pruner_warmup_steps must be at least 0")
+    stray = [a for a in overrides if a.startswith("-") and not a.startswith("--")]
+    if stray:
+        raise UserInputError(f"unknown option {stray[0]}; {PROG} --help lists the options")
+    if "ckpt_path" in _overridden(overrides):
+        raise UserInputError("--ckpt_path: every trial is a fit from scratch; leave --ckpt_path out")
+    space = load_space(ns.space)
+    fixed = _overridden(overrides) & set(space)
+    space = {k: v for k, v in space.items() if k not in fixed}
+    if not space:
+        raise UserInputError("the fit options on the command line fix every parameter of the space: nothing to search")
+
+    from td3_lightning.cli import resolve_config_args
+
+    base = resolve_config_args(["--config", ns.config, *overrides])  # a bundled config's name, as fit takes it
+    parse_only = _build_cli(base, instantiate=False)  # the config and the fit options, checked
+    check_space(parse_only, base, space)
+    study_name = ns.study_name or Path(ns.config).stem
+    study_dir = Path(ns.study_dir or Path("tune") / study_name)
+    # what makes trials comparable, as the database gives it back (JSON)
+    fingerprint = json.loads(json.dumps({"config": Path(ns.config).name, "fit_options": overrides, "space": space}))
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # this command prints its own lines
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=ns.pruner_startup_trials,
+                                          n_warmup_steps=ns.pruner_warmup_steps)
+              if ns.pruner == "median" else optuna.pruners.NopPruner())
+    study = open_study(ns.storage, study_name, pruner, ns.sampler_seed, fingerprint)
+    print(f"study {study_name} in {ns.storage}: {len(study.trials)} trial(s) so far; running {ns.n_trials} more, "
+          f"runs under {study_dir}/trial_<number>", flush=True)
+    try:
+        run_study(study, base, space, study_dir, ns.n_trials)
+    except KeyboardInterrupt:
+        print(trials_table(study, list(space)))
+        print("interrupted: the study keeps its trials (the interrupted one as FAIL); run the same command again "
+              "to continue it", file=sys.stderr)
+        sys.exit(130)
+
+    print(trials_table(study, list(space)))
+    best = write_best_config(study, base, Path(ns.best_config), ns.storage)
+    if best is None:
+        print(f"no trial has completed yet, so no {ns.best_config} was written")
+    else:
+        print(f"best: trial {best} ({METRIC} {study.best_value:.2f}); its config: {ns.best_config} "
+              f"(python -m td3_lightning fit --config {ns.best_config})")
+
+
+def run_study(study: optuna.Study, base: list[str], space: dict[str, dict[str, Any]], study_dir: Path,
+              n_trials: int) -> None:
+    """``n_trials`` more trials of ``study``. A trial's :class:`UserInputError` (a value of the space
+    that the fit rejects) fails the trial and ends the search with that error."""
+    study.optimize(lambda trial: run_trial(trial, base, space, study_dir), n_trials=n_trials)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m td3_lightning tune``: bad input is one ``error:`` line, exit status 2."""
+    try:
+        tune(sys.argv[1:] if argv is None else list(argv))
+    except UserInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

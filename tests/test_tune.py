@@ -1,0 +1,214 @@
+"""`python -m td3_lightning tune`: an Optuna study of short fits, end to end on Pendulum."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+optuna = pytest.importorskip("optuna")
+
+from td3_lightning import tune as tune_module
+from td3_lightning.cli import main
+
+# 300 training steps, a validation every 100 (one episode), 100 warm-up steps, a small network
+TINY = [
+    "--trainer.max_steps", "300", "--trainer.val_check_interval", "100", "--data.warmup_steps", "100",
+    "--data.eval_episodes", "1", "--model.hidden_dims", "[32, 32]", "--trainer.enable_progress_bar", "false",
+    "--learning_curve.filename", "",
+]
+SPACE = {
+    "model.actor_lr": {"type": "float", "low": 1e-4, "high": 1e-3, "log": True},
+    "data.batch_size": {"type": "categorical", "choices": [32, 64]},
+}
+
+
+def _tune(cwd: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "td3_lightning", "tune", "--config", "pendulum.yaml", *args, *TINY],
+                            cwd=cwd, env={**env, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _done(proc: subprocess.Popen) -> str:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    return out
+
+
+def _last_ckpt(folder: Path) -> Path:
+    (path,) = folder.glob("lightning_logs/version_*/checkpoints/last.ckpt")
+    return path
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory, cli_env) -> Path:
+    """Two processes share one SQLite study (a trial each), then a third run continues it."""
+    root = tmp_path_factory.mktemp("tune")
+    (root / "space.yaml").write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    common = ["--storage", "sqlite:///study.db", "--space", "space.yaml", "--n_trials", "1"]
+    first = [_tune(root, cli_env, *common, "--best_config", f"best_{i}.yaml") for i in range(2)]
+    outs = [_done(p) for p in first]
+    (root / "concurrent_stdout.txt").write_text("\n".join(outs))
+    (root / "third_stdout.txt").write_text(_done(_tune(root, cli_env, *common)))
+    return root
+
+
+def _study(root: Path) -> optuna.Study:
+    return optuna.load_study(study_name="pendulum", storage=f"sqlite:///{root / 'study.db'}")
+
+
+def test_processes_share_the_study_and_a_rerun_continues_it(study_dir):
+    trials = _study(study_dir).trials
+    assert sorted(t.number for t in trials) == [0, 1, 2]
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    for t in trials:
+        assert set(t.params) == set(SPACE) and 1e-4 <= t.params["model.actor_lr"] <= 1e-3
+        assert t.params["data.batch_size"] in (32, 64)
+        assert sorted(t.intermediate_values) == [100, 200, 300]  # val/return reported at each validation
+        assert t.value == t.intermediate_values[300]  # the value: the last val/return
+        last = _last_ckpt(study_dir / "tune" / "pendulum" / f"trial_{t.number}")
+        ckpt = torch.load(last, weights_only=False)
+        assert ckpt["global_step"] == 300
+        assert ckpt["hyper_parameters"]["actor_lr"] == t.params["model.actor_lr"]
+        assert yaml.safe_load((last.parents[1] / "config.yaml").read_text())["data"]["batch_size"] == t.params[
+            "data.batch_size"]
+        # what was reported is what Lightning's checkpoint callback saw: its best is the best report
+        scores = [v["best_model_score"] for k, v in ckpt["callbacks"].items() if k.startswith("ModelCheckpoint")]
+        assert float(scores[0]) == pytest.approx(max(t.intermediate_values.values()), abs=1e-3)
+    assert "study pendulum in sqlite:///study.db: 2 trial(s) so far; running 1 more" in (
+        study_dir / "third_stdout.txt").read_text()
+
+
+def test_the_table_lists_every_trial_and_marks_the_best(study_dir):
+    study = _study(study_dir)
+    text = (study_dir / "third_stdout.txt").read_text()
+    table = text[text.index("trial  state"):].splitlines()
+    assert table[0].split() == ["trial", "state", "val/return", "model.actor_lr", "data.batch_size"]
+    rows = {r.split()[0].rstrip("*"): r.split() for r in table[1:4]}
+    assert sorted(rows) == ["0", "1", "2"]
+    for t in study.trials:
+        row = rows[str(t.number)]
+        assert row[0] == f"{t.number}*" if t.number == study.best_trial.number else str(t.number)
+        assert row[1:] == ["COMPLETE", f"{t.value:.2f}", f"{t.params['model.actor_lr']:.4g}",
+                           str(t.params["data.batch_size"])]
+    assert f"best: trial {study.best_trial.number} (val/return {study.best_value:.2f})" in text
+
+
+def test_best_config_is_a_config_that_fit_takes_as_it_is(study_dir, cli_env):
+    best = _study(study_dir).best_trial
+    config = yaml.safe_load((study_dir / "best_config.yaml").read_text())
+    assert config["model"]["actor_lr"] == best.params["model.actor_lr"]
+    assert config["data"]["batch_size"] == best.params["data.batch_size"]
+    assert config["trainer"]["max_steps"] == 300 and config["trainer"]["default_root_dir"] is None
+    run = study_dir / "refit"
+    run.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "td3_lightning", "fit", "--config", "../best_config.yaml"], cwd=run,
+                          env={**cli_env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the same seed and parameters: the fit repeats the best trial exactly
+    ours = torch.load(_last_ckpt(run), weights_only=False)["state_dict"]
+    trial = torch.load(_last_ckpt(study_dir / "tune" / "pendulum" / f"trial_{best.number}"), weights_only=False)
+    assert ours.keys() == trial["state_dict"].keys()
+    for name, tensor in ours.items():
+        assert torch.equal(tensor, trial["state_dict"][name]), name
+
+
+def test_another_search_in_the_same_study_is_refused(study_dir, cli_env):
+    proc = _tune(study_dir, cli_env, "--storage", "sqlite:///study.db", "--n_trials", "1")  # the default space
+    _out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 2
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith("error: study pendulum in sqlite:///study.db was run with another "
+                                                   "space (")
+    assert lines[0].endswith("run it with the same config, fit options and space, or pass another --study_name")
+    assert len(_study(study_dir).trials) == 3 and not (study_dir / "tune" / "pendulum" / "trial_3").exists()
+
+
+def test_a_pruned_trial_stops_cleanly_at_the_validation(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = ["--config", str(Path(tune_module.__file__).parent / "configs" / "pendulum.yaml"), *TINY]
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=1e9))
+    tune_module.run_study(study, base, SPACE, tmp_path / "runs", n_trials=1)
+    (trial,) = study.trials
+    assert trial.state.name == "PRUNED" and list(trial.intermediate_values) == [100]
+    folder = tmp_path / "runs" / "trial_0"
+    ckpt = torch.load(_last_ckpt(folder), weights_only=False)
+    assert ckpt["global_step"] == 100  # stopped right after the validation that was pruned
+    assert ckpt["ReplayDataModule"]["replay"]["size"] == 200  # 100 warm-up + 100 steps: nothing half-collected
+    assert [p.name for p in folder.rglob("*") if p.name.startswith(".") or p.suffix == ".tmp"] == []
+
+
+def test_default_pruner_is_the_median_pruner(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+    monkeypatch.setattr(tune_module, "run_study", lambda study, *a: seen.setdefault("pruner", study.pruner))
+    main(["tune", "--config", "pendulum.yaml", "--n_trials", "1", *TINY, "--pruner_warmup_steps", "200"])
+    pruner = seen["pruner"]
+    assert isinstance(pruner, optuna.pruners.MedianPruner)
+    assert (pruner._n_startup_trials, pruner._n_warmup_steps) == (5, 200)
+
+
+@pytest.mark.parametrize(
+    "args, space, message",
+    [
+        (["--n_trials", "0"], None, "error: --n_trials must be at least 1, got 0"),
+        ([], {"model.actr_lr": {"type": "float", "low": 1e-4, "high": 1e-3}},
+         ("error: space entry model.actr_lr: no fit option of that name (did you mean model.actor_lr?); the names are "
+         "fit options as --help lists them without the dashes, e.g. model.actor_lr")),
+        ([], {"model.tau": {"type": "float", "low": 0.02, "high": 0.01}},
+         "error: space entry model.tau: low must be below high, got low=0.02 high=0.01"),
+        ([], {"data.batch_size": {"type": "categorical", "choices": [64, "many"]}},
+         ("error: space entry data.batch_size: 'many' is not a valid value (invalid value for data.batch_size: "
+         "expected an int, got 'many')")),
+        ([], {"model.tau": {"type": "flot", "low": 0.001, "high": 0.01}},
+         ("error: space entry model.tau: type must be float, int or categorical, got 'flot'; "
+         "e.g. {type: float, low: 1e-4, high: 1e-3, log: true}")),
+        (["--storage", "sqlite:////no/such/folder/tune.db"], None,
+         ("error: cannot open the storage sqlite:////no/such/folder/tune.db (OperationalError: (sqlite3.OperationalError)"
+         " unable to open database file); pass a database URL that can be opened to --storage, e.g. "
+         "sqlite:///tune.db or postgresql://user:password@host/db")),
+        (["--model.gama", "0.9"], None, ("error: unknown option --model.gama (did you mean --model.gamma?); --help "
+         "lists the options")),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(args, space, message, tmp_path, tmp_path_factory, monkeypatch,
+                                                   capsys):
+    extra = []
+    if space is not None:
+        file = tmp_path_factory.mktemp("space") / "space.yaml"
+        file.write_text(yaml.safe_dump(space))
+        extra = ["--space", str(file)]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--config", "pendulum.yaml", *TINY, *extra, *args])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip() == message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_optuna_it_names_the_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--config", "pendulum.yaml", "--n_trials", "2"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        'error: tune needs Optuna, which is not installed: pip install "td3_lightning[tune]"')
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_shows_the_default_space(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for name, entry in tune_module.DEFAULT_SPACE.items():
+        assert f"  {name}: {json.dumps(entry)}" in text
+    for option in ("--storage", "--study_name", "--n_trials", "--space", "--study_dir", "--best_config", "--pruner"):
+        assert option in text
