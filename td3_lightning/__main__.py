@@ -1,6 +1,25 @@
-"""``python -m td3_lightning`` runs the command line."""
+"""``python -m td3_lightning`` and the ``td3-lightning`` script: every subcommand.
 
-from td3_lightning.cli import main
+``tune`` runs many fits through :mod:`td3_lightning.cli`, so it is dispatched here, above the
+command line it drives; everything else is :func:`td3_lightning.cli.main`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(args: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["tune"]:
+        from td3_lightning.tune import main as tune_main
+
+        tune_main(argv[1:])
+        return
+    from td3_lightning.cli import main as cli_main
+
+    cli_main(argv)
+
 
 if __name__ == "__main__":
     main()

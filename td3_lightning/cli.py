@@ -298,7 +298,8 @@ def cli_kwargs() -> dict[str, Any]:
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point of ``python -m td3_lightning`` and the ``td3-lightning`` script."""
+    """The command line for ``fit``, ``validate``, ``test`` and ``export`` (``python -m td3_lightning``,
+    i.e. :func:`td3_lightning.__main__.main`, adds ``tune``)."""
     # the resolved arguments are passed explicitly; they are sys.argv's, not a second set
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     argv = sys.argv[1:] if args is None else list(args)
@@ -312,11 +313,10 @@ def main(args: list[str] | None = None) -> None:
 
         export_main(argv[1:])
         return
-    if argv[0] == "tune":  # fits in a loop, each through this function
-        from td3_lightning.tune import main as tune_main
-
-        tune_main(argv[1:])
-        return
+    if argv[0] == "tune":  # it drives this command line, so it runs above it
+        print("error: tune is dispatched by td3_lightning.__main__.main (python -m td3_lightning tune ...)",
+              file=sys.stderr)
+        sys.exit(2)
     if not argv[0].startswith("-") and argv[0] not in commands.TRAINER_SUBCOMMANDS:
         print(f"error: {commands.unknown_subcommand(argv[0])}", file=sys.stderr)
         sys.exit(2)

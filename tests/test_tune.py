@@ -14,7 +14,7 @@ import yaml
 optuna = pytest.importorskip("optuna")
 
 from td3_lightning import tune as tune_module
-from td3_lightning.cli import main
+from td3_lightning.__main__ import main
 
 # 300 training steps, a validation every 100 (one episode), 100 warm-up steps, a small network
 TINY = [
