@@ -148,6 +148,7 @@ class TD3(L.LightningModule):
         self._check_each_loss = True  # the guard checks every loss before its backward (else it records them)
         self._compiled: Any | None = None  # the compiled td3_update (compile_mode)
         self._optimizers: list[Any] = []  # the LightningOptimizers of the training step being taken
+        self._step_taken = 0  # its number (global_step + 1)
 
         self.val_return = MeanMetric()
         self.val_length = MeanMetric()
@@ -225,8 +226,8 @@ class TD3(L.LightningModule):
         without_reducer_sync(self.trainer)  # each loss has its own backward; see average_gradients
         update = self._compiled or self.td3_update
         for one in (batch,) if isinstance(batch, dict) else batch:
-            step = self.global_step + 1  # the training step being taken
-            self._set_learning_rates(self.lr_factor_at(self.global_step))
+            step = self._step_taken = self.global_step + 1  # the training step being taken
+            self._set_learning_rates(step - 1)
             update_actor = (self.num_critic_updates + 1) % self.hparams.policy_freq == 0
             critic_loss, q, actor_loss = update(one, self._standard_normal(one["action"]), update_actor)
             if self._direct:  # a step taken around LightningOptimizer.step is counted here
@@ -263,7 +264,7 @@ class TD3(L.LightningModule):
         Only the critic's steps advance ``global_step``, so that it counts training steps.
         """
         if self._check_each_loss:
-            self.guard.check_now(which, loss, self.global_step + 1)
+            self.guard.check_now(which, loss, self._step_taken)
         optimizer = self._optimizers[which]
         optimizer.zero_grad(set_to_none=True)
         if self._direct:
@@ -309,11 +310,13 @@ class TD3(L.LightningModule):
     # ------------------------------------------------------------------ schedules and random streams
     def exploration_noise_at(self, step: int) -> float:
         """Exploration noise std (relative to half the action range) at training step ``step``."""
-        return self.exploration_schedule.at(step, self._run_length())
+        schedule = self.exploration_schedule
+        return schedule.start if schedule.final == schedule.start else schedule.at(step, self._run_length())
 
     def lr_factor_at(self, step: int) -> float:
         """Multiplier of both learning rates at training step ``step``."""
-        return self.lr_schedule.at(step, self._run_length())
+        schedule = self.lr_schedule
+        return schedule.start if schedule.final == schedule.start else schedule.at(step, self._run_length())
 
     def _run_length(self) -> int | None:
         try:
@@ -322,9 +325,11 @@ class TD3(L.LightningModule):
             return None
         return trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
 
-    def _set_learning_rates(self, factor: float) -> None:
+    def _set_learning_rates(self, step: int) -> None:
+        """Both learning rates for training step ``step`` (counted from 0) of the schedule."""
         if self.lr_schedule.final == self.lr_schedule.start:
             return
+        factor = self.lr_factor_at(step)
         for which, base in ((CRITIC, self.hparams.critic_lr), (ACTOR, self.hparams.actor_lr)):
             for group in self._optimizers[which].optimizer.param_groups:
                 group["lr"] = base * factor
