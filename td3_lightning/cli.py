@@ -297,6 +297,15 @@ def cli_kwargs() -> dict[str, Any]:
     }
 
 
+def _end_process_group() -> None:
+    """Destroy a DDP process group before the interpreter exits: left to interpreter shutdown, its
+    communication threads can abort the process after a finished run (std::terminate)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def main(args: list[str] | None = None) -> None:
     """The command line for ``fit``, ``validate``, ``test`` and ``export`` (``python -m td3_lightning``,
     i.e. :func:`td3_lightning.__main__.main`, adds ``tune``)."""
@@ -323,6 +332,7 @@ def main(args: list[str] | None = None) -> None:
     try:
         argv = resolve_config_args(argv)
         TD3CLI(TD3, ReplayDataModule, args=argv, **cli_kwargs())
+        _end_process_group()
     except UserInputError as err:
         message = str(err)
         bad = re.search(r"subcommand.*invalid choice: '([^']*)'", message)  # after top-level options
