@@ -92,7 +92,7 @@ class TD3CLI(LightningCLIHooks):
         parser.add_lightning_class_args(TestReport, "test_report")
         parser.add_lightning_class_args(LearningCurve, "learning_curve")
         parser.set_defaults(CHECKPOINT_DEFAULTS)
-        for name in ("obs_shape", "action_low", "action_high"):
+        for name in ("obs_shape", "critic_obs_shape", "action_low", "action_high"):
             parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
 
     # ------------------------------------------------------------- parsing

@@ -147,6 +147,13 @@ class ReplayDataModule(L.LightningDataModule):
             buffer that stores each frame once (``FrameStackReplay``). None (default): the env's
             ``frame_stack`` attribute (``CarRacingPixels-v0`` has one), 1 when it has none;
             1: store whole observations.
+        privileged_critic: asymmetric actor-critic (Pinto et al., 2017): the critics and their
+            targets see the env's privileged observation (a 1-D vector in
+            ``info["privileged_obs"]`` of every reset and step, described by the env's
+            ``privileged_observation_space``; ``CarRacingPixels-v0`` offers CarRacingState-v0's
+            features) while the actor still sees only the observation. The replay stores the
+            privileged vector beside each transition; what is evaluated and exported is the actor
+            alone. For an env that knows its state but is to be driven from pixels.
         steps_per_batch: training steps per Lightning batch. Lightning's loop costs about 0.5-1 ms
             per batch (hooks, fetcher, logging), a sixth of a CPU training step of 256-256
             networks; with N steps per batch it is paid once per N. The training is the same
@@ -183,6 +190,7 @@ class ReplayDataModule(L.LightningDataModule):
         utd_ratio: float = 1.0,
         vector_mode: str = "async",
         frame_stack: int | None = None,
+        privileged_critic: bool = False,
         steps_per_batch: int = 1,
         num_workers: int = 0,
     ) -> None:
@@ -232,8 +240,10 @@ class ReplayDataModule(L.LightningDataModule):
         probe = make_env(env_id, self.env_kwargs)  # fails early on a bad id, kwargs or spaces
         try:
             self.spec: EnvSpec = check_spaces(probe, env_id)
+            self._critic_obs_shape = privileged_shape(probe, env_id) if privileged_critic else None
         finally:
             probe.close()
+        self.privileged_critic = privileged_critic
         if frame_stack is not None and (
             frame_stack < 1 or (len(self.spec.obs_shape) == 3 and self.spec.obs_shape[0] % frame_stack)
         ):
@@ -258,6 +268,11 @@ class ReplayDataModule(L.LightningDataModule):
     @property
     def obs_shape(self) -> list[int]:
         return list(self.spec.obs_shape)
+
+    @property
+    def critic_obs_shape(self) -> list[int] | None:
+        """Shape of the critics' privileged observation (None: the critics see ``obs_shape``)."""
+        return None if self._critic_obs_shape is None else list(self._critic_obs_shape)
 
     @property
     def action_low(self) -> list[float]:
@@ -341,9 +356,9 @@ class ReplayDataModule(L.LightningDataModule):
         stack = self.spec.frame_stack if self.frame_stack is None else self.frame_stack
         if len(self.spec.obs_shape) == 3 and stack > 1:
             return FrameStackReplay(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), stack, device,
-                                    num_streams=self.num_envs)
+                                    num_streams=self.num_envs, critic_obs_shape=self._critic_obs_shape)
         return ReplayBuffer(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), self.spec.obs_dtype,
-                            device)
+                            device, critic_obs_shape=self._critic_obs_shape)
 
     def _device(self) -> torch.device:
         trainer = self.trainer
@@ -522,6 +537,21 @@ class ReplayDataModule(L.LightningDataModule):
             self._sample_gen.set_state(state["sample_rng"])
         device = self.buffer.device
         self._pending = deque({k: v.to(device) for k, v in b.items()} for b in state.get("in_flight", []))
+
+
+def privileged_shape(env: gym.Env, env_id: str) -> tuple[int, ...]:
+    """The shape of the privileged observation ``env`` offers (``data.privileged_critic``)."""
+    space = getattr(env.unwrapped, "privileged_observation_space", None)
+    if space is None:
+        raise UserInputError(
+            f"data.privileged_critic needs an env that offers a privileged observation (info['privileged_obs'], "
+            f"described by env.unwrapped.privileged_observation_space, e.g. CarRacingPixels-v0); '{env_id}' offers "
+            "none: set data.privileged_critic false"
+        )
+    if not isinstance(space, gym.spaces.Box) or space.shape is None or len(space.shape) != 1:
+        raise UserInputError(f"'{env_id}' has a privileged observation space {space}; data.privileged_critic takes a "
+                             "1-D Box (a state vector for the critics' MLP): set data.privileged_critic false")
+    return tuple(space.shape)
 
 
 def chunk_steps(trainer: L.Trainer | None, steps_per_batch: int) -> tuple[int, list[str]]:

@@ -34,7 +34,9 @@ class EnvLoop(L.Callback):
     started), so a resumed run replays the same episodes; on DDP ranks draw distinct seeds.
     Only ``terminated`` ends bootstrapping: a time-limit ``truncated`` transition is stored as
     non-terminal with its real next observation. The vector envs never autoreset, so no
-    transition crosses an episode boundary.
+    transition crosses an episode boundary. With ``data.privileged_critic`` the privileged
+    observations of every reset and step (``info["privileged_obs"]``) are stored beside the
+    transitions.
 
     Logged at the end of every episode: ``train/episode_return``, ``train/episode_length``,
     ``train/episodes``, ``train/env_steps`` (all transitions, warm-up included) and
@@ -50,6 +52,7 @@ class EnvLoop(L.Callback):
         self.last_episode_return: float | None = None
         self.recent_returns: deque[float] = deque(maxlen=1024)  # of the latest finished episodes
         self._obs: np.ndarray | None = None  # (num_envs, *obs_shape)
+        self._critic_obs: np.ndarray | None = None  # (num_envs, *critic_obs_shape), data.privileged_critic
         self._needs_reset: np.ndarray | None = None
         self._returns: np.ndarray | None = None
         self._lengths: np.ndarray | None = None
@@ -143,15 +146,26 @@ class EnvLoop(L.Callback):
         assert env is not None and self._needs_reset is not None
         if self._obs is None:
             all_envs = np.ones(self.num_envs, dtype=bool)
-            self._obs, _ = env.reset(seed=self._next_seeds(all_envs))
+            self._obs, info = env.reset(seed=self._next_seeds(all_envs))
+            self._critic_obs = None
             self._reset_stats(all_envs)
             self._check_finite(dm, trainer, "reset observation", self._obs)
+            self._keep_critic_obs(dm, info, all_envs)
         elif self._needs_reset.any():
             mask = self._needs_reset.copy()
-            self._obs, _ = env.reset(seed=self._next_seeds(mask), options={"reset_mask": mask})
+            self._obs, info = env.reset(seed=self._next_seeds(mask), options={"reset_mask": mask})
             self._reset_stats(mask)
             self._check_finite(dm, trainer, "reset observation", self._obs)
+            self._keep_critic_obs(dm, info, mask)
         return self._obs
+
+    def _keep_critic_obs(self, dm: ReplayDataModule, info: dict[str, Any], mask: np.ndarray) -> None:
+        """The privileged observations of the envs in ``mask`` (``data.privileged_critic``)."""
+        if dm.critic_obs_shape is None:
+            return
+        if self._critic_obs is None:
+            self._critic_obs = np.zeros((self.num_envs, *dm.critic_obs_shape), dtype=np.float32)
+        self._critic_obs[mask] = privileged_obs(info, dm, self.num_envs)[mask]
 
     def _reset_stats(self, mask: np.ndarray) -> None:
         assert self._returns is not None and self._lengths is not None and self._needs_reset is not None
@@ -164,9 +178,15 @@ class EnvLoop(L.Callback):
         assert dm.train_env is not None and dm.buffer is not None
         assert self._returns is not None and self._lengths is not None and self._needs_reset is not None
         self._check_finite(dm, trainer, "action", actions)
-        next_obs, reward, terminated, truncated, _ = dm.train_env.step(actions)
+        next_obs, reward, terminated, truncated, info = dm.train_env.step(actions)
         self._check_finite(dm, trainer, "reward", reward, "observation", next_obs)
-        dm.buffer.add_batch(obs, actions, reward, next_obs, terminated)
+        if self._critic_obs is None:
+            dm.buffer.add_batch(obs, actions, reward, next_obs, terminated)
+        else:
+            next_critic_obs = privileged_obs(info, dm, self.num_envs)
+            self._check_finite(dm, trainer, "privileged observation", next_critic_obs)
+            dm.buffer.add_batch(obs, actions, reward, next_obs, terminated, self._critic_obs, next_critic_obs)
+            self._critic_obs = next_critic_obs
         self.env_steps += self.num_envs
         self._returns += reward
         self._lengths += 1
@@ -263,3 +283,19 @@ class EnvLoop(L.Callback):
                 "checkpoints at episode ends resume exactly",
                 stacklevel=2,
             )
+
+
+def privileged_obs(info: dict[str, Any], dm: ReplayDataModule, num_envs: int) -> np.ndarray:
+    """``info["privileged_obs"]`` of a (vector) reset or step as ``(num_envs, *critic_obs_shape)`` float32."""
+    if "privileged_obs" not in info:
+        raise UserInputError(f"data.privileged_critic: {dm.env_id} returned no info['privileged_obs'] (its "
+                             "privileged_observation_space promises one); set data.privileged_critic false")
+    value = np.asarray(info["privileged_obs"], dtype=np.float32)
+    shape = tuple(dm.critic_obs_shape or ())
+    if value.shape == shape:  # one env (SingleEnv passes the env's own info through)
+        value = value[None]
+    if value.shape != (num_envs, *shape):
+        raise UserInputError(f"data.privileged_critic: {dm.env_id}'s info['privileged_obs'] has shape {value.shape[1:]}, "
+                             f"its privileged_observation_space says {shape}; fix the env or set "
+                             "data.privileged_critic false")
+    return value

@@ -47,6 +47,11 @@ class TD3(L.LightningModule):
         obs_shape: shape of one observation (from the env; linked automatically by the CLI).
         action_low: lower action bounds (from the env; linked automatically by the CLI).
         action_high: upper action bounds (from the env; linked automatically by the CLI).
+        critic_obs_shape: shape of the critics' privileged observation (linked from
+            ``data.privileged_critic``; None: the critics see what the actor sees). With it the
+            critics and their targets are MLPs on the privileged vector (batch keys
+            ``critic_obs``, ``next_critic_obs``), and the actor keeps its own encoder, trained
+            by the actor's loss: asymmetric actor-critic.
         hidden_dims: hidden layer sizes of the actor and of every critic.
         num_critics: number of critics; the target takes the minimum over all of them (≥ 2).
         gamma: discount factor.
@@ -67,7 +72,16 @@ class TD3(L.LightningModule):
             ``cnn`` or ``none``.
         encoder_features: length of the CNN encoder's feature vector.
         shared_encoder: with a CNN, the actor uses the critics' encoder (trained by the critic
-            loss only; the actor's gradient does not reach it) instead of its own.
+            loss only; the actor's gradient does not reach it) instead of its own. Without
+            effect with ``critic_obs_shape`` (the critics then have no encoder).
+        state_prediction: with ``critic_obs_shape`` and an actor encoder: weight of an auxiliary
+            loss added to the actor's, the mean squared error of a linear head that predicts the
+            privileged observation from the actor's encoder features. It gives the encoder a
+            dense supervised signal besides the policy gradient; the head is not part of the
+            policy (not exported). 0 = off.
+        random_shift: image augmentation (DrQ, Kostrikov et al., 2020): every image observation
+            of a replay batch is padded by this many pixels (edge pixels repeated) and cropped
+            back at a random offset, independently for ``obs`` and ``next_obs``. 0 = off.
         flush_denormal: treat float32 values below 1.2e-38 as zero on the CPU
             (``torch.set_flush_denormal``, for the whole process, set when the module is created
             so that the CPU threads torch starts afterwards inherit it). Such values appear in
@@ -86,6 +100,7 @@ class TD3(L.LightningModule):
         obs_shape: list[int],
         action_low: list[float],
         action_high: list[float],
+        critic_obs_shape: list[int] | None = None,
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
         num_critics: int = 2,
         gamma: float = 0.99,
@@ -102,6 +117,8 @@ class TD3(L.LightningModule):
         encoder: str = "auto",
         encoder_features: int = 50,
         shared_encoder: bool = True,
+        state_prediction: float = 0.0,
+        random_shift: int = 0,
         flush_denormal: bool = True,
         compile_mode: str = "none",
     ) -> None:
@@ -112,7 +129,8 @@ class TD3(L.LightningModule):
             policy_freq=policy_freq, exploration_noise=exploration_noise, actor_lr=actor_lr, critic_lr=critic_lr,
             exploration_noise_final=exploration_noise_final, lr_final_factor=lr_final_factor,
             schedule_steps=schedule_steps, encoder=encoder, encoder_features=encoder_features,
-            compile_mode=compile_mode,
+            compile_mode=compile_mode, critic_obs_shape=critic_obs_shape, random_shift=random_shift,
+            state_prediction=state_prediction,
         )
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -123,14 +141,19 @@ class TD3(L.LightningModule):
 
         obs_dim, action_dim = int(obs_shape[0]), len(action_low)
         cnn = encoder == "cnn" or (encoder == "auto" and len(obs_shape) == 3)
-        critic_encoder = PixelEncoder(obs_shape, encoder_features) if cnn else None
-        if cnn and shared_encoder:
+        privileged = critic_obs_shape is not None  # asymmetric: the critics see a state vector
+        critic_encoder = PixelEncoder(obs_shape, encoder_features) if cnn and not privileged else None
+        share = cnn and shared_encoder and not privileged
+        if share:
             actor_encoder = critic_encoder
         else:
             actor_encoder = PixelEncoder(obs_shape, encoder_features) if cnn else None
-        self.actor = Actor(obs_dim, action_low, action_high, hidden_dims, actor_encoder,
-                           detach_encoder=cnn and shared_encoder)
-        self.critic = CriticEnsemble(obs_dim, action_dim, hidden_dims, num_critics, critic_encoder)
+        self.actor = Actor(obs_dim, action_low, action_high, hidden_dims, actor_encoder, detach_encoder=share)
+        critic_dim = int(critic_obs_shape[0]) if privileged else obs_dim
+        self.critic = CriticEnsemble(critic_dim, action_dim, hidden_dims, num_critics, critic_encoder)
+        # auxiliary: the actor's encoder features -> the privileged observation (state_prediction)
+        self.state_head = (torch.nn.Linear(encoder_features, critic_dim)
+                           if privileged and cnn and state_prediction > 0 else None)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False).eval()
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False).eval()
 
@@ -165,7 +188,8 @@ class TD3(L.LightningModule):
         """``y = r + gamma * (1 - terminated) * min_i Q'_i(s', clip(pi'(s') + clip(eps, -c, c)))``.
 
         Args:
-            batch: replay batch with ``reward``, ``next_obs``, ``terminated`` and ``action``.
+            batch: replay batch with ``reward``, ``next_obs``, ``terminated`` and ``action``
+                (and ``next_critic_obs``, the critics' view of ``s'``, with a privileged critic).
             noise: standard-normal draws shaped like ``batch["action"]`` (drawn here if None).
         """
         hp = self.hparams
@@ -174,18 +198,25 @@ class TD3(L.LightningModule):
             noise = self._standard_normal(batch["action"])
         eps = (noise * hp.policy_noise).clamp(-hp.noise_clip, hp.noise_clip) * scale  # target policy smoothing
         next_action = torch.clamp(self.actor_target(batch["next_obs"]) + eps, bias - scale, bias + scale)
-        next_q = self.critic_target(batch["next_obs"], next_action).min(dim=0).values  # clipped double Q
+        next_s = batch.get("next_critic_obs", batch["next_obs"])
+        next_q = self.critic_target(next_s, next_action).min(dim=0).values  # clipped double Q
         not_done = 1.0 - batch["terminated"].float()  # a time limit (truncated) still bootstraps
         return batch["reward"] + hp.gamma * not_done * next_q
 
     def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``sum_i mean (Q_i(s, a) - y)^2``; also returns the critics' Q values ``(num_critics, batch)``."""
-        q = self.critic(batch["obs"], batch["action"])
+        q = self.critic(batch.get("critic_obs", batch["obs"]), batch["action"])
         return (q - self.td_target(batch, noise)).pow(2).mean(dim=1).sum(), q
 
     def actor_loss(self, batch: dict[str, Tensor]) -> Tensor:
-        """``-mean Q_1(s, pi(s))`` with the critic's weights held fixed."""
-        return -self.critic.q1(batch["obs"], self.actor(batch["obs"]), detach_params=True).mean()
+        """``-mean Q_1(s, pi(s))`` with the critic's weights held fixed (plus the weighted
+        state-prediction error of the actor's encoder, with ``state_prediction``)."""
+        critic_s = batch.get("critic_obs", batch["obs"])
+        features = self.actor.features(batch["obs"])
+        loss = -self.critic.q1(critic_s, self.actor.act(features), detach_params=True).mean()
+        if self.state_head is not None:
+            loss = loss + self.hparams.state_prediction * (self.state_head(features) - critic_s).pow(2).mean()
+        return loss
 
     @torch.no_grad()
     def update_targets(self) -> None:
@@ -199,7 +230,8 @@ class TD3(L.LightningModule):
         """One TD3 update on a replay batch, in the paper's order (Algorithm 1).
 
         Args:
-            batch: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``.
+            batch: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated`` (and
+                ``critic_obs``, ``next_critic_obs``: what the critics see, with a privileged critic).
             noise: standard-normal draws for the target-policy smoothing, shaped like the actions.
             update_actor: the delayed step: the actor and the targets are updated (every
                 ``policy_freq`` critic updates).
@@ -227,6 +259,8 @@ class TD3(L.LightningModule):
         update = self._compiled or self.td3_update
         for one in (batch,) if isinstance(batch, dict) else batch:
             step = self._step_taken = self.global_step + 1  # the training step being taken
+            if self.hparams.get("random_shift", 0):
+                one = self.augment(one)
             self._set_learning_rates(step - 1)
             update_actor = (self.num_critic_updates + 1) % self.hparams.policy_freq == 0
             critic_loss, q, actor_loss = update(one, self._standard_normal(one["action"]), update_actor)
@@ -239,6 +273,15 @@ class TD3(L.LightningModule):
             self.num_critic_updates += 1
             self.num_actor_updates += int(update_actor)
             self.track_statistics(critic_loss, q, actor_loss)
+
+    def augment(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """``batch`` with its image observations randomly shifted (``random_shift``)."""
+        pad = self.hparams.random_shift
+        out = dict(batch)
+        for key in ("obs", "next_obs"):
+            if batch[key].dim() == 4:
+                out[key] = random_shift(batch[key], pad, self._noise_generator(batch[key].device))
+        return out
 
     def track_statistics(self, critic_loss: Tensor, q: Tensor, actor_loss: Tensor | None) -> None:
         """Keep the step's losses and first-critic Q values on the device; every
@@ -272,7 +315,8 @@ class TD3(L.LightningModule):
             optimizer.optimizer.step()
             return
         self.manual_backward(loss)
-        average_gradients(self.trainer, self.critic if which == CRITIC else self.actor)  # no-op in one process
+        # no-op in one process
+        average_gradients(self.trainer, self.critic if which == CRITIC else torch.nn.ModuleList(self._actor_modules()))
         if which == CRITIC:
             optimizer.step()  # counted
         else:
@@ -336,14 +380,19 @@ class TD3(L.LightningModule):
 
     def _standard_normal(self, like: Tensor) -> Tensor:
         """Target-policy noise from the module's own generator (saved in checkpoints)."""
-        if self._noise_gen is None or self._noise_gen.device != like.device:
-            self._noise_gen = torch.Generator(device=like.device)
+        gen = self._noise_generator(like.device)
+        return torch.randn(like.shape, generator=gen, device=like.device, dtype=torch.float32)
+
+    def _noise_generator(self, device: torch.device) -> torch.Generator:
+        """The module's random stream on ``device`` (target noise, image shifts), restored on resume."""
+        if self._noise_gen is None or self._noise_gen.device != device:
+            self._noise_gen = torch.Generator(device=device)
             if self._noise_gen_state is not None:
                 self._noise_gen.set_state(self._noise_gen_state)
                 self._noise_gen_state = None
             else:
                 self._noise_gen.manual_seed(int(torch.randint(2**62, (1,)).item()))
-        return torch.randn(like.shape, generator=self._noise_gen, device=like.device, dtype=torch.float32)
+        return self._noise_gen
 
     # ------------------------------------------------------------------ the guard
     def check_finite(self, state_dict: dict[str, Tensor] | None = None, action: str = "") -> None:
@@ -406,10 +455,15 @@ class TD3(L.LightningModule):
         actor_opt = torch.optim.Adam(self._actor_own_parameters(), lr=self.hparams.actor_lr, **impl)
         return [critic_opt, actor_opt]
 
+    def _actor_modules(self) -> list[torch.nn.Module]:
+        """What the actor's optimizer trains: the actor (and the state-prediction head)."""
+        return [self.actor] if self.state_head is None else [self.actor, self.state_head]
+
     def _actor_own_parameters(self) -> list[torch.nn.Parameter]:
         """The actor's parameters without an encoder it shares with the critics (theirs to train)."""
         shared = {id(p) for p in self.critic.parameters()}
-        return [p for p in self.actor.parameters() if id(p) not in shared]
+        params = [p for m in self._actor_modules() for p in m.parameters()]
+        return [p for p in params if id(p) not in shared]
 
     def train(self, mode: bool = True) -> TD3:
         super().train(mode)
@@ -433,6 +487,21 @@ class TD3(L.LightningModule):
 
 def _noop_closure() -> None:
     return None
+
+
+def random_shift(images: Tensor, pad: int, generator: torch.Generator | None = None) -> Tensor:
+    """DrQ's augmentation: each image ``(C, H, W)`` of the batch padded by ``pad`` pixels (edges
+    repeated) and cropped back to ``H x W`` at a random offset in ``[0, 2 * pad]`` per axis.
+    Keeps the dtype (``uint8`` frames stay ``uint8``)."""
+    n, c, h, w = images.shape
+    device = images.device
+    padded = torch.nn.functional.pad(images.float(), (pad, pad, pad, pad), mode="replicate")
+    dx, dy = torch.randint(0, 2 * pad + 1, (2, n, 1), generator=generator, device=device)
+    rows = (torch.arange(h, device=device) + dy)[:, None, :, None]  # (n, 1, h, 1)
+    cols = (torch.arange(w, device=device) + dx)[:, None, None, :]  # (n, 1, 1, w)
+    batch = torch.arange(n, device=device)[:, None, None, None]
+    channel = torch.arange(c, device=device)[None, :, None, None]
+    return padded[batch, channel, rows, cols].to(images.dtype)
 
 
 def _compile(update: Any, mode: str, cuda_graphs: bool) -> Any:
@@ -492,6 +561,10 @@ def _check_hparams(**hp: Any) -> None:
         (hp["compile_mode"] in COMPILE_MODES,
          f"model.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {hp['compile_mode']!r}"),
         (hp["encoder_features"] >= 1, f"model.encoder_features must be >= 1, got {hp['encoder_features']}"),
+        (hp["critic_obs_shape"] is None or len(hp["critic_obs_shape"]) == 1,
+         f"model.critic_obs_shape must be a 1-D shape (a state vector), got {hp['critic_obs_shape']}"),
+        (hp["state_prediction"] >= 0, f"model.state_prediction must be >= 0 (0 = off), got {hp['state_prediction']}"),
+        (hp["random_shift"] >= 0, f"model.random_shift must be >= 0 pixels (0 = off), got {hp['random_shift']}"),
         (len(low) == len(high) and len(low) > 0, "action_low and action_high must have the same, non-zero length"),
         (all(lo < hi for lo, hi in zip(low, high)), f"every action_low must be < action_high, got {low} and {high}"),
         (len(hp["hidden_dims"]) > 0 and all(h > 0 for h in hp["hidden_dims"]), "model.hidden_dims must be positive sizes"),

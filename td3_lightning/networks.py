@@ -109,8 +109,15 @@ class Actor(nn.Module):
         self.register_buffer("action_bias", (high + low) / 2)
 
     def forward(self, obs: Tensor) -> Tensor:
-        x = encode(self.encoder, obs, self.detach_encoder)
-        return torch.tanh(self.net(x)) * self.action_scale + self.action_bias
+        return self.act(self.features(obs))
+
+    def features(self, obs: Tensor) -> Tensor:
+        """What the policy's MLP reads: the encoder's features, or the observation itself."""
+        return encode(self.encoder, obs, self.detach_encoder)
+
+    def act(self, features: Tensor) -> Tensor:
+        """The bounded action for :meth:`features`."""
+        return torch.tanh(self.net(features)) * self.action_scale + self.action_bias
 
 
 class CriticEnsemble(nn.Module):

@@ -10,6 +10,8 @@ import torch
 from torch import Tensor
 
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
+#: the privileged observations of a transition, for an asymmetric critic (``critic_obs_shape``)
+CRITIC_FIELDS = ("critic_obs", "next_critic_obs")
 
 
 class _Replay:
@@ -21,12 +23,49 @@ class _Replay:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, obs: Any, action: Any, reward: float, next_obs: Any, terminated: bool) -> None:
-        """Write one transition (as row 0 of a batch of one)."""
-        self.add_batch([obs], [action], [reward], [next_obs], [terminated])
+    critic_obs_shape: tuple[int, ...] | None = None
 
-    def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
+    def add(self, obs: Any, action: Any, reward: float, next_obs: Any, terminated: bool,
+            critic_obs: Any = None, next_critic_obs: Any = None) -> None:
+        """Write one transition (as row 0 of a batch of one)."""
+        critic = {} if critic_obs is None else {"critic_obs": [critic_obs], "next_critic_obs": [next_critic_obs]}
+        self.add_batch([obs], [action], [reward], [next_obs], [terminated], **critic)
+
+    def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+                  critic_obs: Any = None, next_critic_obs: Any = None) -> None:
         raise NotImplementedError
+
+    def _make_critic_fields(self, critic_obs_shape: Sequence[int] | None) -> None:
+        """float32 storage of the privileged observations (``critic_obs``, ``next_critic_obs``)."""
+        self.critic_obs_shape = None if critic_obs_shape is None else tuple(int(d) for d in critic_obs_shape)
+        if self.critic_obs_shape is not None:
+            for f in CRITIC_FIELDS:
+                setattr(self, f, torch.zeros((self.capacity, *self.critic_obs_shape), dtype=torch.float32,
+                                             device=self.device))
+
+    def _check_critic_args(self, critic_obs: Any, next_critic_obs: Any) -> None:
+        if (critic_obs is None) != (self.critic_obs_shape is None) or (critic_obs is None) != (next_critic_obs is None):
+            raise ValueError("critic_obs and next_critic_obs are given exactly when the buffer was made with "
+                             "critic_obs_shape (a privileged critic)")
+
+    def _critic_state(self, rows: int) -> dict[str, Any]:
+        if self.critic_obs_shape is None:
+            return {}
+        return {f: getattr(self, f)[:rows].to("cpu", copy=True) for f in CRITIC_FIELDS}
+
+    def _load_critic_state(self, state: dict[str, Any], rows: int) -> None:
+        if (state.get("critic_obs") is None) != (self.critic_obs_shape is None):
+            has = "stores" if state.get("critic_obs") is not None else "does not store"
+            raise ValueError(f"the checkpoint's replay buffer {has} privileged critic observations; resume with the "
+                             "data.privileged_critic the checkpoint was trained with")
+        if self.critic_obs_shape is None:
+            return
+        for f in CRITIC_FIELDS:
+            src, dst = state[f], getattr(self, f)
+            if tuple(src.shape[1:]) != tuple(dst.shape[1:]):
+                raise ValueError(f"replay buffer field '{f}' has shape {tuple(src.shape[1:])} in the checkpoint but "
+                                 f"{tuple(dst.shape[1:])} in this run: the checkpoint belongs to another environment")
+            dst[:rows] = src.to(self.device, dst.dtype)
 
     def _draw(self, batch_size: int, generator: torch.Generator | None) -> Tensor:
         """``batch_size`` uniform draws from ``range(size)``, with replacement, on the buffer's device."""
@@ -50,6 +89,8 @@ class ReplayBuffer(_Replay):
         action_dim: length of one action.
         obs_dtype: dtype of the stored observations.
         device: where the tensors live (the training device makes sampling copy-free).
+        critic_obs_shape: also store a privileged observation of ``obs`` and of ``next_obs``
+            for the critics (``critic_obs``, ``next_critic_obs``, float32).
     """
 
     def __init__(
@@ -59,6 +100,7 @@ class ReplayBuffer(_Replay):
         action_dim: int,
         obs_dtype: torch.dtype | np.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        critic_obs_shape: Sequence[int] | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"buffer capacity must be at least 1, got {capacity}")
@@ -73,38 +115,37 @@ class ReplayBuffer(_Replay):
         self.action = torch.zeros((capacity, self.action_dim), dtype=torch.float32, device=self.device)
         self.reward = torch.zeros(capacity, dtype=torch.float32, device=self.device)
         self.terminated = torch.zeros(capacity, dtype=torch.bool, device=self.device)
+        self._make_critic_fields(critic_obs_shape)
+        self.fields = FIELDS if self.critic_obs_shape is None else FIELDS + CRITIC_FIELDS
         self.pos = 0  # next slot to write
         self.size = 0  # filled slots
         # on the CPU, writes go through numpy views of the same memory (about 3 us instead of 60)
-        self._host = [getattr(self, f).numpy() for f in FIELDS] if self.device.type == "cpu" else None
+        self._host = [getattr(self, f).numpy() for f in self.fields] if self.device.type == "cpu" else None
 
     @property
     def bytes_per_transition(self) -> int:
         """Storage of one transition, summed over the fields."""
-        return sum(getattr(self, f)[0].numel() * getattr(self, f).element_size() for f in FIELDS)
+        return sum(getattr(self, f)[0].numel() * getattr(self, f).element_size() for f in self.fields)
 
-    def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
+    def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+                  critic_obs: Any = None, next_critic_obs: Any = None) -> None:
         """Write ``n`` transitions (leading dimension ``n``) into the next ``n`` slots."""
+        self._check_critic_args(critic_obs, next_critic_obs)
         n = len(reward)
         if n > self.capacity:
             raise ValueError(f"cannot add {n} transitions at once to a buffer of capacity {self.capacity}")
+        values = (obs, action, reward, next_obs, terminated, critic_obs, next_critic_obs)[: len(self.fields)]
         if self._host is not None and self.pos + n <= self.capacity:
             rows = slice(self.pos, self.pos + n)
-            for dst, src in zip(self._host, (obs, action, reward, next_obs, terminated)):
+            for dst, src in zip(self._host, values):
                 dst[rows] = src  # numpy casts to the field's dtype as torch.as_tensor(..., dtype) does
         else:
-            self._add_indexed(n, obs, action, reward, next_obs, terminated)
+            idx = ((torch.arange(n) + self.pos) % self.capacity).to(self.device)
+            for f, src in zip(self.fields, values):
+                dst = getattr(self, f)
+                dst[idx] = torch.as_tensor(np.asarray(src), device=self.device, dtype=dst.dtype)
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
-
-    def _add_indexed(self, n: int, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
-        idx = (torch.arange(n) + self.pos) % self.capacity
-        idx = idx.to(self.device)
-        self.obs[idx] = torch.as_tensor(np.asarray(obs), device=self.device, dtype=self.obs.dtype)
-        self.action[idx] = torch.as_tensor(np.asarray(action), device=self.device, dtype=torch.float32)
-        self.reward[idx] = torch.as_tensor(np.asarray(reward), device=self.device, dtype=torch.float32)
-        self.next_obs[idx] = torch.as_tensor(np.asarray(next_obs), device=self.device, dtype=self.obs.dtype)
-        self.terminated[idx] = torch.as_tensor(np.asarray(terminated), device=self.device, dtype=torch.bool)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """``batch_size`` transitions drawn uniformly with replacement from the filled slots."""
@@ -112,12 +153,12 @@ class ReplayBuffer(_Replay):
 
     def gather(self, idx: Tensor) -> dict[str, Tensor]:
         """The transitions at ``idx`` as a dict of tensors."""
-        return {f: getattr(self, f)[idx] for f in FIELDS}
+        return {f: getattr(self, f)[idx] for f in self.fields}
 
     def state_dict(self) -> dict[str, Any]:
         """The filled part of the storage plus the write position (CPU tensors)."""
         n = self.size
-        state: dict[str, Any] = {"capacity": self.capacity, "pos": self.pos, "size": n}
+        state: dict[str, Any] = {"capacity": self.capacity, "pos": self.pos, "size": n, **self._critic_state(n)}
         for f in FIELDS:
             # clone: a slice would serialise the whole preallocated storage
             state[f] = getattr(self, f)[:n].to("cpu", copy=True)
@@ -144,6 +185,7 @@ class ReplayBuffer(_Replay):
                     f"{tuple(dst.shape[1:])} in this run: the checkpoint belongs to another environment"
                 )
             dst[:n] = src.to(self.device, dst.dtype)
+        self._load_critic_state(state, n)
         self.pos, self.size = int(state["pos"]), n
 
 
@@ -180,6 +222,8 @@ class FrameStackReplay(_Replay):
         device: where frames and indices live.
         num_streams: envs adding rows side by side (rows of ``add_batch``).
         frame_capacity: frames kept; default ``capacity + capacity // 8`` plus a small margin.
+        critic_obs_shape: also store a privileged observation of ``obs`` and of ``next_obs``
+            for the critics (``critic_obs``, ``next_critic_obs``, float32, per transition).
     """
 
     def __init__(
@@ -191,6 +235,7 @@ class FrameStackReplay(_Replay):
         device: torch.device | str = "cpu",
         num_streams: int = 1,
         frame_capacity: int | None = None,
+        critic_obs_shape: Sequence[int] | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"buffer capacity must be at least 1, got {capacity}")
@@ -216,6 +261,7 @@ class FrameStackReplay(_Replay):
         self.action = torch.zeros((self.capacity, self.action_dim), dtype=torch.float32, device=self.device)
         self.reward = torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
         self.terminated = torch.zeros(self.capacity, dtype=torch.bool, device=self.device)
+        self._make_critic_fields(critic_obs_shape)
         self._min_id = np.zeros(self.capacity, dtype=np.int64)  # oldest frame of each transition
         self.pos = 0  # next transition slot
         self.size = 0  # live transitions, the newest ``size`` slots before ``pos``
@@ -229,6 +275,8 @@ class FrameStackReplay(_Replay):
         """Storage per transition at capacity: frames, frame ids, action, reward, flag."""
         frame_bytes = self.frames[0].numel()
         per_slot = 2 * self.k * 8 + 8 + 4 * self.action_dim + 4 + 1  # ids, min id, action, reward, flag
+        if self.critic_obs_shape is not None:
+            per_slot += 2 * 4 * int(np.prod(self.critic_obs_shape))
         return self.frame_capacity * frame_bytes / self.capacity + per_slot
 
     # ----------------------------------------------------------------- writing
@@ -261,8 +309,10 @@ class FrameStackReplay(_Replay):
     def _live(self, ids: list[int] | None) -> bool:
         return ids is not None and min(ids) >= self._oldest_live_id
 
-    def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any) -> None:
+    def add_batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+                  critic_obs: Any = None, next_critic_obs: Any = None) -> None:
         """Write ``n`` transitions; row ``i`` comes from env ``i`` (the sharing is tracked per row)."""
+        self._check_critic_args(critic_obs, next_critic_obs)
         obs, next_obs = np.asarray(obs, dtype=np.uint8), np.asarray(next_obs, dtype=np.uint8)
         n = len(obs)
         if n > self.num_streams:
@@ -292,6 +342,9 @@ class FrameStackReplay(_Replay):
         self.action[idx] = torch.as_tensor(np.asarray(action), device=self.device, dtype=torch.float32)
         self.reward[idx] = torch.as_tensor(np.asarray(reward), device=self.device, dtype=torch.float32)
         self.terminated[idx] = torch.as_tensor(np.asarray(terminated), device=self.device, dtype=torch.bool)
+        if self.critic_obs_shape is not None:
+            for f, src in zip(CRITIC_FIELDS, (critic_obs, next_critic_obs)):
+                getattr(self, f)[idx] = torch.as_tensor(np.asarray(src), device=self.device, dtype=torch.float32)
         # drop the oldest transitions whose frames the ring has overwritten (or is about to)
         oldest_allowed = self._oldest_live_id
         while self.size > 0 and self._min_id[(self.pos - self.size) % self.capacity] < oldest_allowed:
@@ -308,13 +361,16 @@ class FrameStackReplay(_Replay):
 
     def gather(self, idx: Tensor) -> dict[str, Tensor]:
         """The transitions in slots ``idx``, observations as stacked ``uint8`` frames."""
-        return {
+        batch = {
             "obs": self._stack(self.obs_ids[idx]),
             "action": self.action[idx],
             "reward": self.reward[idx],
             "next_obs": self._stack(self.next_ids[idx]),
             "terminated": self.terminated[idx],
         }
+        if self.critic_obs_shape is not None:
+            batch.update({f: getattr(self, f)[idx] for f in CRITIC_FIELDS})
+        return batch
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -338,6 +394,7 @@ class FrameStackReplay(_Replay):
             "terminated": self.terminated[:filled].to("cpu", copy=True),
             "last_next": [None if x is None else torch.from_numpy(x.copy()) for x in self._last_next],
             "last_next_ids": [None if x is None else list(x) for x in self._last_next_ids],
+            **self._critic_state(filled),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -359,6 +416,7 @@ class FrameStackReplay(_Replay):
         for name in ("obs_ids", "next_ids", "action", "reward", "terminated"):
             getattr(self, name)[:filled] = state[name].to(self.device)
         self._min_id[:filled] = state["min_id"].numpy()
+        self._load_critic_state(state, filled)
         self.pos, self.size = int(state["pos"]), int(state["size"])
         self.frames_written = int(state["frames_written"])
         self.added = int(state["added"])

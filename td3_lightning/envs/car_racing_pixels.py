@@ -19,6 +19,12 @@ channels first (the layout of the CNN encoder). With ``action_repeat`` k only th
 last of the k physics frames is drawn, so a step costs one drawing whatever k is.
 With ``grayscale=False``, no crop, no resize and ``frame_stack=1`` the observation is
 exactly CarRacing-v3's (transposed to channels first).
+
+Privileged observation: every ``reset`` and ``step`` also puts the state vector of
+:class:`CarRacingState` (the same features, ``FEATURE_NAMES``) in ``info["privileged_obs"]``,
+described by the env's ``privileged_observation_space``. A policy must not use it (it does
+not see it when driving from pixels); a critic may, during training
+(``data.privileged_critic``: asymmetric actor-critic).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import EzPickle
 
-from td3_lightning.envs.car_racing import CarRacingState
+from td3_lightning.envs.car_racing import FEATURE_HIGH, FEATURE_LOW, CarRacingState
 from td3_lightning.registration import ENTRY_POINTS, register_car_env
 
 PIXELS_ENV_ID = "CarRacingPixels-v0"
@@ -76,6 +82,9 @@ class CarRacingPixels(CarRacingState):
             0, 255, (self.frame_stack * self.frame_channels, height, width), dtype=np.uint8
         )
         self._stack: np.ndarray | None = None
+        #: what ``info["privileged_obs"]`` holds: the state vector of CarRacingState
+        self.privileged_observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
+        self._state: np.ndarray | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         self._stack = None
@@ -104,7 +113,15 @@ class CarRacingPixels(CarRacingState):
         frame = frame[None] if frame.ndim == 2 else frame.transpose(2, 0, 1)
         return np.ascontiguousarray(frame, dtype=np.uint8)
 
+    def _info(self, lap_finished: bool, out_of_field: bool, off_road_end: bool) -> dict[str, Any]:
+        info = super()._info(lap_finished, out_of_field, off_road_end)
+        info["privileged_obs"] = self._state
+        return info
+
     def _observe(self) -> np.ndarray:
+        # the state vector: the privileged observation, and the track position that the
+        # missed-tile book-keeping reads
+        self._state = super()._observe()
         frame = self._frame()
         c = self.frame_channels
         if self._stack is None:

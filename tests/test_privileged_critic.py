@@ -1,0 +1,186 @@
+"""The privileged (asymmetric) critic, DrQ random shifts and the state-prediction loss."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from conftest import quiet_trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from td3_lightning import TD3, ReplayDataModule
+from td3_lightning.envs.car_racing import CarRacingState
+from td3_lightning.envs.car_racing_pixels import CarRacingPixels
+from td3_lightning.errors import UserInputError
+from td3_lightning.module import random_shift
+from td3_lightning.replay import FrameStackReplay, ReplayBuffer
+
+PRIVILEGED_ENV = "PrivilegedCounting-v0"
+
+
+class PrivilegedCountingEnv(gym.Env):
+    """The actor sees noise; the privileged observation is ``[t, seed % 1000, 1]``
+    (the step within the episode and the episode's reset seed). 7-step episodes."""
+
+    privileged_observation_space = gym.spaces.Box(-1e6, 1e6, (3,), np.float32)
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.t, self.seed_ = 0, 0
+
+    def _out(self) -> tuple[np.ndarray, dict]:
+        obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return obs, {"privileged_obs": np.array([self.t, self.seed_, 1.0], dtype=np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.seed_ = 0, (seed or 0) % 1000
+        return self._out()
+
+    def step(self, action):
+        self.t += 1
+        obs, info = self._out()
+        return obs, 1.0, False, self.t >= 7, info
+
+
+gym.register(PRIVILEGED_ENV, entry_point=PrivilegedCountingEnv)
+
+
+def _fit(root, max_steps: int, ckpt_path=None, every: int | None = None, num_envs: int = 1):
+    L.seed_everything(0)
+    dm = ReplayDataModule(PRIVILEGED_ENV, warmup_steps=14, batch_size=8, buffer_size=50, privileged_critic=True,
+                          num_envs=num_envs, vector_mode="sync")
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, critic_obs_shape=dm.critic_obs_shape, hidden_dims=[16])
+    callbacks = []
+    if every is not None:
+        callbacks.append(ModelCheckpoint(dirpath=root, every_n_train_steps=every, save_top_k=-1, filename="s{step}",
+                                         auto_insert_metric_name=False))
+    trainer = quiet_trainer(max_steps=max_steps, callbacks=callbacks, enable_checkpointing=every is not None)
+    trainer.fit(model, dm, ckpt_path=ckpt_path)
+    return model, dm
+
+
+def test_pixels_env_offers_the_state_vector_as_privileged_obs():
+    kwargs = dict(action_repeat=2, action_mode="steer_throttle")
+    pixels, state = CarRacingPixels(resize=40, **kwargs), CarRacingState(**kwargs)
+    assert pixels.privileged_observation_space == state.observation_space
+    _, info = pixels.reset(seed=5)
+    expected, _ = state.reset(seed=5)
+    assert np.array_equal(info["privileged_obs"], expected)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        action = rng.uniform(-1, 1, 2).astype(np.float32)
+        _, _, _, _, info = pixels.step(action)
+        expected, _, _, _, state_info = state.step(action)
+        assert np.array_equal(info["privileged_obs"], expected)
+    assert info["tiles_missed"] == state_info["tiles_missed"]  # the missed-tile book-keeping sees the track position
+
+
+@pytest.mark.parametrize("kind", ["whole", "frames"])
+def test_replay_returns_the_privileged_obs_it_was_given_and_round_trips(kind):
+    rng = np.random.default_rng(0)
+    if kind == "whole":
+        make = lambda: ReplayBuffer(20, (3,), 1, critic_obs_shape=(5,))  # noqa: E731
+        obs = rng.normal(size=(30, 3)).astype(np.float32)
+    else:
+        make = lambda: FrameStackReplay(20, (2, 36, 36), 1, frame_stack=2, critic_obs_shape=(5,))  # noqa: E731
+        obs = rng.integers(0, 255, (30, 2, 36, 36), dtype=np.uint8)
+    buffer = make()
+    critic = rng.normal(size=(30, 5)).astype(np.float32)
+    for i in range(29):  # wraps the 20 slots
+        buffer.add(obs[i], [0.0], 0.0, obs[i + 1], False, critic[i], critic[i + 1])
+    slots = torch.arange(20)
+    batch = buffer.gather(slots)
+    # slot s holds the transition i with i % 20 == s among the last 20 added (9..28)
+    order = [i for i in range(9, 29)]
+    order = sorted(order, key=lambda i: i % 20)
+    assert torch.equal(batch["critic_obs"], torch.from_numpy(critic[order]))
+    assert torch.equal(batch["next_critic_obs"], torch.from_numpy(critic[[i + 1 for i in order]]))
+    restored = make()
+    restored.load_state_dict(buffer.state_dict())
+    for key, value in restored.gather(slots).items():
+        assert torch.equal(value, batch[key]), key
+    with pytest.raises(ValueError, match="critic_obs_shape"):
+        buffer.add(obs[0], [0.0], 0.0, obs[1], False)  # a privileged buffer needs the privileged obs
+    plain = ReplayBuffer(20, (3,), 1) if kind == "whole" else FrameStackReplay(20, (2, 36, 36), 1, frame_stack=2)
+    with pytest.raises(ValueError, match="data.privileged_critic"):
+        plain.load_state_dict(buffer.state_dict())
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_env_loop_stores_every_transitions_privileged_obs(num_envs):
+    _, dm = _fit(None, 30, num_envs=num_envs)
+    n = dm.buffer.size
+    critic, next_critic = dm.buffer.critic_obs[:n], dm.buffer.next_critic_obs[:n]
+    assert n == 44 and torch.equal(next_critic[:, 0], critic[:, 0] + 1)  # [t] -> [t + 1] in every transition
+    assert torch.equal(next_critic[:, 1], critic[:, 1])  # never across a reset: the same episode's seed
+    assert set(critic[:, 0].tolist()) == set(range(7)) and torch.all(critic[:, 2] == 1)
+    assert torch.equal(dm.buffer.terminated[:n], torch.zeros(n, dtype=torch.bool))
+
+
+def test_privileged_target_and_losses_read_the_critic_obs():
+    torch.manual_seed(0)
+    model = TD3([2], [-1.0], [1.0], critic_obs_shape=[3], hidden_dims=[8], gamma=0.9, policy_noise=0.0)
+    assert model.critic.weights[0].shape == (2, 3 + 1, 8) and model.actor.net[0].in_features == 2
+    batch = {"obs": torch.randn(4, 2), "next_obs": torch.randn(4, 2), "action": torch.rand(4, 1),
+             "reward": torch.randn(4), "terminated": torch.tensor([False, True, False, False]),
+             "critic_obs": torch.randn(4, 3), "next_critic_obs": torch.randn(4, 3)}
+    next_action = model.actor_target(batch["next_obs"])
+    next_q = model.critic_target(batch["next_critic_obs"], next_action).min(0).values
+    expected = batch["reward"] + 0.9 * (1 - batch["terminated"].float()) * next_q
+    assert torch.allclose(model.td_target(batch, torch.zeros(4, 1)), expected)
+    q = model.critic(batch["critic_obs"], batch["action"])
+    loss, _ = model.critic_loss(batch, torch.zeros(4, 1))
+    assert torch.allclose(loss, (q - expected).pow(2).mean(1).sum())
+    actor_loss = model.actor_loss(batch)
+    assert torch.allclose(actor_loss, -model.critic.q1(batch["critic_obs"], model.actor(batch["obs"])).mean())
+
+
+def test_pixel_actor_keeps_its_own_encoder_and_the_state_head_adds_its_error():
+    torch.manual_seed(0)
+    model = TD3([4, 36, 36], [-1.0, -1.0], [1.0, 1.0], critic_obs_shape=[5], hidden_dims=[8],
+                encoder_features=6, state_prediction=0.5)
+    assert model.critic.encoder is None and model.actor.encoder is not None and not model.actor.detach_encoder
+    batch = {"obs": torch.randint(0, 255, (3, 4, 36, 36), dtype=torch.uint8), "critic_obs": torch.randn(3, 5)}
+    features = model.actor.features(batch["obs"])
+    q = model.critic.q1(batch["critic_obs"], model.actor.act(features))
+    error = (model.state_head(features) - batch["critic_obs"]).pow(2).mean()
+    assert torch.allclose(model.actor_loss(batch), -q.mean() + 0.5 * error)
+    trained = {id(p) for g in model.configure_optimizers()[1].param_groups for p in g["params"]}
+    assert {id(p) for p in model.state_head.parameters()} <= trained  # the actor's optimizer trains the head
+    assert {id(p) for p in model.actor.encoder.parameters()} <= trained
+    assert not any(k.startswith("state_head") for k in model.actor.state_dict())  # not part of the policy
+
+
+def test_random_shift_crops_the_edge_padded_image_at_an_offset_within_the_pad():
+    images = torch.randint(0, 255, (6, 2, 10, 12), dtype=torch.uint8)
+    assert torch.equal(random_shift(images, 0), images)
+    shifted = random_shift(images, 2, torch.Generator().manual_seed(0))
+    assert shifted.dtype == torch.uint8 and shifted.shape == images.shape
+    padded = torch.nn.functional.pad(images.float(), (2, 2, 2, 2), mode="replicate").to(torch.uint8)
+    offsets = []
+    for img, pad in zip(shifted, padded):
+        found = [(dy, dx) for dy in range(5) for dx in range(5) if torch.equal(pad[:, dy:dy + 10, dx:dx + 12], img)]
+        assert found, "every image is a crop of its padded self"
+        offsets.append(found[0])
+    assert len(set(offsets)) > 1  # each image draws its own offset
+
+
+def test_privileged_fit_resumes_exactly(tmp_path):
+    # 14 warm-up + 21 steps = 5 episodes of 7: the checkpoint is at an episode end; 50 slots wrap by 42
+    model_a, dm_a = _fit(tmp_path / "a", 42)
+    _fit(tmp_path / "b", 21, every=21)
+    model_b, dm_b = _fit(tmp_path / "b2", 42, ckpt_path=tmp_path / "b" / "s21.ckpt")
+    assert dm_b.buffer.size == 50 and model_b.num_critic_updates == 42
+    for name, tensor in model_a.state_dict().items():
+        assert torch.equal(tensor, model_b.state_dict()[name]), name
+    for field in ("obs", "critic_obs", "next_critic_obs", "reward"):
+        assert torch.equal(getattr(dm_a.buffer, field), getattr(dm_b.buffer, field)), field
+
+
+def test_privileged_critic_needs_an_env_that_offers_one():
+    with pytest.raises(UserInputError, match="offers none: set data.privileged_critic false"):
+        ReplayDataModule("Pendulum-v1", privileged_critic=True)
