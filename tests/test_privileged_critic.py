@@ -184,3 +184,25 @@ def test_privileged_fit_resumes_exactly(tmp_path):
 def test_privileged_critic_needs_an_env_that_offers_one():
     with pytest.raises(UserInputError, match="offers none: set data.privileged_critic false"):
         ReplayDataModule("Pendulum-v1", privileged_critic=True)
+
+
+def test_pixel_run_with_a_privileged_critic_exports_an_actor_that_takes_frames_only(tmp_path, monkeypatch):
+    from td3_lightning.cli import main
+    from td3_lightning.export import export_torchscript
+
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "car_pixels.yaml", "--data.env_kwargs", "{resize: 40, action_repeat: 4, "
+          "max_episode_frames: 120, action_mode: steer_throttle}", "--data.warmup_steps", "40", "--data.batch_size", "8",
+          "--data.buffer_size", "200", "--data.eval_episodes", "1", "--trainer.val_check_interval", "16",
+          "--model.hidden_dims", "[16,16]", "--learning_curve.filename", "", "--trainer.enable_progress_bar", "false",
+          "--model.random_shift", "2", "--trainer.max_steps", "16"])
+    last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
+    ckpt = torch.load(last, weights_only=False)
+    assert ckpt["hyper_parameters"]["critic_obs_shape"] == [43]
+    assert ckpt["ReplayDataModule"]["replay"]["critic_obs"].shape == (56, 43)  # 40 warm-up + 16 steps
+    model = TD3.load_from_checkpoint(last, map_location="cpu")
+    scripted = torch.jit.load(str(export_torchscript(last, tmp_path / "actor.pt")))
+    frames = torch.randint(0, 255, (3, 4, 40, 40), dtype=torch.uint8)
+    with torch.no_grad():
+        assert torch.allclose(scripted(frames.float()), model.actor.eval()(frames), atol=1e-6)
+    assert not any("state_head" in name for name, _ in scripted.named_parameters())
