@@ -206,3 +206,12 @@ def test_pixel_run_with_a_privileged_critic_exports_an_actor_that_takes_frames_o
     with torch.no_grad():
         assert torch.allclose(scripted(frames.float()), model.actor.eval()(frames), atol=1e-6)
     assert not any("state_head" in name for name, _ in scripted.named_parameters())
+    ort = pytest.importorskip("onnxruntime")
+    from td3_lightning.export import export_onnx
+
+    session = ort.InferenceSession(str(export_onnx(last, tmp_path / "actor.onnx")), providers=["CPUExecutionProvider"])
+    (inp,) = session.get_inputs()
+    assert inp.name == "observation" and inp.shape[1:] == [4, 40, 40]  # the frames, nothing of the state
+    (action,) = session.run(None, {"observation": frames.float().numpy()})
+    with torch.no_grad():
+        assert torch.allclose(torch.from_numpy(action), model.actor(frames), atol=1e-5)
