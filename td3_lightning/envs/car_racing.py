@@ -214,6 +214,15 @@ class CarRacingState(CarRacing):
             at the corner.  Once per episode, as the loss it stands for: a
             penalty per tile would also charge a car that leaves the road for
             every tile it passes, and teach it to crawl.
+        max_stall_frames: TRAINING AID, changes the episode.  None (default)
+            = CarRacing's rules.  An int M: the episode also terminates
+            (``info["stall_terminated"] = True``) after M consecutive physics
+            frames in which no new tile was visited, as a lap left open: the
+            ``missed_tile_penalty`` is charged then if it was not yet.  Why: a
+            deterministic policy can come to rest in a tight corner (a throttle
+            a hair below zero brakes a standing car) and wait out the time
+            limit; in training the exploration noise never lets it, so nothing
+            teaches the policy that creeping costs the lap.
         lap_complete_percent: fraction of tiles that must be visited before
             touching the start tile completes the lap (CarRacing's option).
         domain_randomize: CarRacing's colour randomisation (only affects
@@ -242,6 +251,7 @@ class CarRacingState(CarRacing):
         max_off_road_frames: int | None = None,
         off_road_penalty: float = 0.0,
         missed_tile_penalty: float = 0.0,
+        max_stall_frames: int | None = None,
         lap_complete_percent: float = 0.95,
         domain_randomize: bool = False,
         max_episode_frames: int | None = CAR_RACING_MAX_FRAMES,
@@ -258,6 +268,8 @@ class CarRacingState(CarRacing):
             int(max_off_road_frames) != max_off_road_frames or max_off_road_frames < 1
         ):
             raise ValueError(f"max_off_road_frames must be None or an integer >= 1, got {max_off_road_frames!r}")
+        if max_stall_frames is not None and (int(max_stall_frames) != max_stall_frames or max_stall_frames < 1):
+            raise ValueError(f"max_stall_frames must be None or an integer >= 1, got {max_stall_frames!r}")
         if max_episode_frames is not None and (
             int(max_episode_frames) != max_episode_frames or max_episode_frames < 1
         ):
@@ -281,6 +293,7 @@ class CarRacingState(CarRacing):
             max_off_road_frames=max_off_road_frames,
             off_road_penalty=off_road_penalty,
             missed_tile_penalty=missed_tile_penalty,
+            max_stall_frames=max_stall_frames,
             lap_complete_percent=lap_complete_percent,
             domain_randomize=domain_randomize,
             max_episode_frames=max_episode_frames,
@@ -292,6 +305,7 @@ class CarRacingState(CarRacing):
         self.max_off_road_frames = None if max_off_road_frames is None else int(max_off_road_frames)
         self.off_road_penalty = float(off_road_penalty)
         self.missed_tile_penalty = float(missed_tile_penalty)
+        self.max_stall_frames = None if max_stall_frames is None else int(max_stall_frames)
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
         self.observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
         self.action_mode = action_mode
@@ -299,6 +313,7 @@ class CarRacingState(CarRacing):
             self.action_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
         self.frames = 0
         self.off_road_frames = 0
+        self.stall_frames = 0
         self.tiles_missed = 0
         self._near = 0
         self._progress = 0.0
@@ -348,6 +363,7 @@ class CarRacingState(CarRacing):
 
         self.frames = 0
         self.off_road_frames = 0
+        self.stall_frames = 0
         self.tiles_missed = 0
         self._near = 0
         self._miss_frontier = 1  # the next tile to check; tile 0 is under the car at the start
@@ -391,8 +407,9 @@ class CarRacingState(CarRacing):
         if self.max_episode_frames is not None:
             n_frames = max(1, min(n_frames, self.max_episode_frames - self.frames))
         total = 0.0
-        terminated = lap_finished = out_of_field = off_road_end = False
+        terminated = lap_finished = out_of_field = off_road_end = stalled = False
         for _ in range(n_frames):
+            visited_before = self.tile_visited_count
             car.steer(steer)
             car.gas(gas)
             car.brake(brake)
@@ -425,6 +442,10 @@ class CarRacingState(CarRacing):
             ):
                 terminated = off_road_end = True
                 frame_reward -= self.off_road_penalty
+            # training aid: consecutive frames without a newly visited tile
+            self.stall_frames = 0 if self.tile_visited_count > visited_before else self.stall_frames + 1
+            if not terminated and self.max_stall_frames is not None and self.stall_frames >= self.max_stall_frames:
+                terminated = stalled = True
             total += frame_reward
             if self.render_mode == "human":
                 self.render()
@@ -433,9 +454,9 @@ class CarRacingState(CarRacing):
         truncated = self.max_episode_frames is not None and self.frames >= self.max_episode_frames
         obs = self._observe()
         first_miss = self.tiles_missed == 0
-        if self._newly_missed_tiles() and first_miss:
+        if (self._newly_missed_tiles() or stalled) and first_miss:
             total -= self.missed_tile_penalty
-        return obs, total, terminated, truncated, self._info(lap_finished, out_of_field, off_road_end)
+        return obs, total, terminated, truncated, self._info(lap_finished, out_of_field, off_road_end, stalled)
 
     def _newly_missed_tiles(self) -> int:
         """Tiles the car has now passed by ``MISSED_TILE_MARGIN`` without visiting them.
@@ -457,7 +478,9 @@ class CarRacingState(CarRacing):
         self.tiles_missed += missed
         return missed
 
-    def _info(self, lap_finished: bool, out_of_field: bool, off_road_end: bool) -> dict[str, Any]:
+    def _info(
+        self, lap_finished: bool, out_of_field: bool, off_road_end: bool, stalled: bool = False
+    ) -> dict[str, Any]:
         return {
             "frames": self.frames,
             "tiles_visited": self.tile_visited_count,
@@ -467,6 +490,7 @@ class CarRacingState(CarRacing):
             "out_of_playfield": out_of_field,
             "off_road_frames": self.off_road_frames,
             "off_road_terminated": off_road_end,
+            "stall_terminated": stalled,
             "tiles_missed": self.tiles_missed,
         }
 
