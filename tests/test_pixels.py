@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import gymnasium as gym
-import lightning as L
 import numpy as np
 import pytest
 import torch
-from conftest import quiet_trainer
 
-from td3_lightning import TD3, ReplayDataModule
+from td3_lightning import TD3
 from td3_lightning.cli import main
 from td3_lightning.envs import register_envs
 from td3_lightning.envs.car_racing_pixels import CarRacingPixels
@@ -177,3 +175,14 @@ def test_pixel_training_runs_end_to_end_and_resumes(tmp_path, monkeypatch):
     main(["fit", *args, "--trainer.max_steps", "50", "--ckpt_path", str(last)])
     resumed = torch.load(tmp_path / "lightning_logs/version_1/checkpoints/last.ckpt", weights_only=False)
     assert resumed["global_step"] == 50 and resumed["ReplayDataModule"]["replay"]["size"] == 110
+
+
+def test_pixels_env_takes_the_state_envs_training_aids():
+    env = CarRacingPixels(resize=40, max_stall_frames=20, missed_tile_penalty=10.0)
+    env.reset(seed=0)
+    for _ in range(60):
+        _, r, term, _, info = env.step(np.zeros(3, dtype=np.float32))
+        if term:
+            break
+    assert term and info["stall_terminated"] and r == pytest.approx(-10.1)
+    assert info["privileged_obs"].shape == (43,)

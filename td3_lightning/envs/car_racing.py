@@ -13,8 +13,8 @@ reward of -100 and ``terminated`` when the car leaves the playfield,
 ``terminated`` when the lap is complete, and ``truncated`` after 1000 physics
 frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
-are the training aids ``max_off_road_frames`` / ``off_road_penalty`` which are
-off by default.
+are the training aids ``max_off_road_frames`` / ``off_road_penalty``,
+``missed_tile_penalty`` and ``max_stall_frames``, all off by default.
 
 Conventions
 -----------

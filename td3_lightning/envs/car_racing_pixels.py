@@ -113,8 +113,8 @@ class CarRacingPixels(CarRacingState):
         frame = frame[None] if frame.ndim == 2 else frame.transpose(2, 0, 1)
         return np.ascontiguousarray(frame, dtype=np.uint8)
 
-    def _info(self, lap_finished: bool, out_of_field: bool, off_road_end: bool) -> dict[str, Any]:
-        info = super()._info(lap_finished, out_of_field, off_road_end)
+    def _info(self, *flags: bool) -> dict[str, Any]:
+        info = super()._info(*flags)
         info["privileged_obs"] = self._state
         return info
 
