@@ -338,21 +338,20 @@ def test_missed_tiles_are_the_unvisited_tiles_the_car_has_passed_by_the_margin()
     assert env._newly_missed_tiles() == 0 and env.tiles_missed == 2
 
 
+def _cutting_driver(obs: np.ndarray) -> np.ndarray:
+    """Steers at the centre-line point 10 tiles ahead and holds about 55 units/s: it cuts corners."""
+    steer = np.clip(2.0 * obs[FEATURE_NAMES.index("ahead_10_x")], -1.0, 1.0)
+    return np.array([steer, 0.3 if obs[0] < 0.55 else -0.2], dtype=np.float32)
+
+
 def test_missed_tile_penalty_is_subtracted_once_at_the_first_tile_left_unvisited():
-    import torch
-
-    from td3_lightning import TD3
-
-    shipped = Path(car_module.__file__).parents[1] / "checkpoints" / "car_random_tracks.ckpt"
-    actor = TD3.load_from_checkpoint(shipped, map_location="cpu").actor.eval()
     plain = CarRacingState(action_mode="steer_throttle", action_repeat=2)
     aided = CarRacingState(action_mode="steer_throttle", action_repeat=2, missed_tile_penalty=25.0)
-    obs, _ = plain.reset(seed=2)  # on this track the shipped driver leaves a few tiles unvisited
-    aided.reset(seed=2)
+    obs, _ = plain.reset(seed=0)  # on this track the corner-cutting driver leaves tiles unvisited
+    aided.reset(seed=0)
     penalised, first = 0, None
     for t in range(500):
-        with torch.no_grad():
-            a = actor(torch.as_tensor(obs)[None])[0].numpy()
+        a = _cutting_driver(obs)
         obs, r0, t0, tr0, i0 = plain.step(a)
         before = aided.tiles_missed
         _, r1, t1, tr1, i1 = aided.step(a)
