@@ -10,6 +10,7 @@ wraps the update from outside: the non-finite guard (``guards.py``), the trainin
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from collections.abc import Iterable
 from typing import Any
 
@@ -79,6 +80,16 @@ class TD3(L.LightningModule):
             privileged observation from the actor's encoder features. It gives the encoder a
             dense supervised signal besides the policy gradient; the head is not part of the
             policy (not exported). 0 = off.
+        teacher: a td3_lightning checkpoint whose actor reads the privileged observation (for
+            the car from pixels: the shipped state driver,
+            ``td3_lightning/checkpoints/car_random_tracks.ckpt``; a relative path is also looked
+            up beside the installed package). With ``critic_obs_shape``, the actor's loss adds
+            ``teacher_weight`` times the mean squared distance, in half action ranges, between the
+            actor's action on the observation and the teacher's on the privileged observation of
+            the same replayed step. The states are the ones the actor's own driving reached, so
+            the teacher labels the actor's mistakes too (as DAgger, Ross et al., 2011). It is read
+            when fitting starts and is not part of the checkpoint or the policy. None = off.
+        teacher_weight: weight of the teacher's term (with ``teacher``).
         random_shift: image augmentation (DrQ, Kostrikov et al., 2020): every image observation
             of a replay batch is padded by this many pixels (edge pixels repeated) and cropped
             back at a random offset, independently for ``obs`` and ``next_obs``. 0 = off.
@@ -118,6 +129,8 @@ class TD3(L.LightningModule):
         encoder_features: int = 50,
         shared_encoder: bool = True,
         state_prediction: float = 0.0,
+        teacher: str | None = None,
+        teacher_weight: float = 1.0,
         random_shift: int = 0,
         flush_denormal: bool = True,
         compile_mode: str = "none",
@@ -130,7 +143,7 @@ class TD3(L.LightningModule):
             exploration_noise_final=exploration_noise_final, lr_final_factor=lr_final_factor,
             schedule_steps=schedule_steps, encoder=encoder, encoder_features=encoder_features,
             compile_mode=compile_mode, critic_obs_shape=critic_obs_shape, random_shift=random_shift,
-            state_prediction=state_prediction,
+            state_prediction=state_prediction, teacher=teacher, teacher_weight=teacher_weight,
         )
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -155,6 +168,8 @@ class TD3(L.LightningModule):
         self.state_head = (torch.nn.Linear(encoder_features, critic_dim)
                            if privileged and cnn and state_prediction > 0 else None)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False).eval()
+        # the teacher's actor (teacher): loaded in on_fit_start, kept out of the state dict
+        self._teacher: tuple[torch.nn.Module, ...] = ()
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False).eval()
 
         self.exploration_schedule = LinearSchedule(
@@ -216,7 +231,16 @@ class TD3(L.LightningModule):
         loss = -self.critic.q1(critic_s, self.actor.act(features), detach_params=True).mean()
         if self.state_head is not None:
             loss = loss + self.hparams.state_prediction * (self.state_head(features) - critic_s).pow(2).mean()
+        if self._teacher:
+            loss = loss + self.hparams.teacher_weight * self.teacher_distance(features, critic_s)
         return loss
+
+    def teacher_distance(self, features: Tensor, critic_s: Tensor) -> Tensor:
+        """Mean squared distance, in half action ranges, between the actor's actions (from its
+        encoder ``features``) and the teacher's on the privileged observations ``critic_s``."""
+        with torch.no_grad():
+            target = self._teacher[0](critic_s)
+        return ((self.actor.act(features) - target) / self.actor.action_scale).pow(2).sum(dim=1).mean()
 
     @torch.no_grad()
     def update_targets(self) -> None:
@@ -347,6 +371,8 @@ class TD3(L.LightningModule):
             self._compiled = _compile(self.td3_update, mode, cuda_graphs=self.stats.copy_outputs)
 
     def on_fit_start(self) -> None:
+        if self.hparams.get("teacher") and not self._teacher:
+            self._teacher = (load_teacher(self.hparams.teacher, self.hparams).to(self.device),)
         # draw the noise seed now, in a fixed order relative to the other seeded streams
         if self._noise_gen is None:
             self._standard_normal(torch.empty(0, device=self.device))
@@ -485,6 +511,32 @@ class TD3(L.LightningModule):
         self._noise_gen, self._noise_gen_state = None, meta.get("noise_rng")
 
 
+def load_teacher(path: str, hparams: Any) -> torch.nn.Module:
+    """The frozen actor of the checkpoint ``path`` (``model.teacher``), checked against the
+    privileged observation and the action bounds of the module with ``hparams``."""
+    from importlib.resources import files
+
+    where = Path(path)
+    if not where.is_file() and not where.is_absolute():
+        beside_package = Path(str(files("td3_lightning"))).parent / where
+        where = beside_package if beside_package.is_file() else where
+    if not where.is_file():
+        raise UserInputError(f"model.teacher: checkpoint file not found: {path}; pass an existing .ckpt file")
+    checkpointing.check_checkpoint(where)
+    teacher = TD3.load_from_checkpoint(where, map_location="cpu")
+    shape, want = list(teacher.hparams.obs_shape), list(hparams.critic_obs_shape or [])
+    if shape != want:
+        raise UserInputError(
+            f"model.teacher {path} reads observations of shape {shape}, but the privileged observation has "
+            f"shape {want}; give the checkpoint of a policy trained on the privileged observation's env")
+    if [list(teacher.hparams.action_low), list(teacher.hparams.action_high)] != [
+            list(hparams.action_low), list(hparams.action_high)]:
+        raise UserInputError(
+            f"model.teacher {path} acts in [{teacher.hparams.action_low}, {teacher.hparams.action_high}], this env in "
+            f"[{hparams.action_low}, {hparams.action_high}]; give a teacher with the same action space (action_mode)")
+    return teacher.actor.requires_grad_(False).eval()
+
+
 def _noop_closure() -> None:
     return None
 
@@ -564,6 +616,10 @@ def _check_hparams(**hp: Any) -> None:
         (hp["critic_obs_shape"] is None or len(hp["critic_obs_shape"]) == 1,
          f"model.critic_obs_shape must be a 1-D shape (a state vector), got {hp['critic_obs_shape']}"),
         (hp["state_prediction"] >= 0, f"model.state_prediction must be >= 0 (0 = off), got {hp['state_prediction']}"),
+        (hp["teacher"] is None or hp["critic_obs_shape"] is not None,
+         "model.teacher needs a privileged observation for the teacher to read: set data.privileged_critic true "
+         "(with an env that offers info['privileged_obs'])"),
+        (hp["teacher_weight"] >= 0, f"model.teacher_weight must be >= 0, got {hp['teacher_weight']}"),
         (hp["random_shift"] >= 0, f"model.random_shift must be >= 0 pixels (0 = off), got {hp['random_shift']}"),
         (len(low) == len(high) and len(low) > 0, "action_low and action_high must have the same, non-zero length"),
         (all(lo < hi for lo, hi in zip(low, high)), f"every action_low must be < action_high, got {low} and {high}"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gymnasium as gym
 import lightning as L
 import numpy as np
@@ -10,6 +12,7 @@ import torch
 from conftest import quiet_trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+import td3_lightning
 from td3_lightning import TD3, ReplayDataModule
 from td3_lightning.envs.car_racing import CarRacingState
 from td3_lightning.envs.car_racing_pixels import CarRacingPixels
@@ -18,6 +21,7 @@ from td3_lightning.module import random_shift
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer
 
 PRIVILEGED_ENV = "PrivilegedCounting-v0"
+SHIPPED = Path(td3_lightning.__file__).parent / "checkpoints" / "car_random_tracks.ckpt"
 
 
 class PrivilegedCountingEnv(gym.Env):
@@ -215,3 +219,84 @@ def test_pixel_run_with_a_privileged_critic_exports_an_actor_that_takes_frames_o
     (action,) = session.run(None, {"observation": frames.float().numpy()})
     with torch.no_grad():
         assert torch.allclose(torch.from_numpy(action), model.actor(frames), atol=1e-5)
+
+
+def _constant_teacher(path, action: float) -> None:
+    """A checkpoint whose actor reads PrivilegedCountingEnv's privileged observation and always acts ``action``."""
+    teacher = TD3([3], [-1.0], [1.0], hidden_dims=[4])
+    with torch.no_grad():
+        last = teacher.actor.net[-1]
+        last.weight.zero_()
+        last.bias.fill_(float(np.arctanh(action)))
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu", devices=1)
+    trainer.strategy.connect(teacher)
+    trainer.save_checkpoint(path, weights_only=True)
+
+
+def test_teacher_term_is_the_squared_action_distance_in_half_ranges(tmp_path):
+    from td3_lightning.module import load_teacher
+
+    _constant_teacher(tmp_path / "t.ckpt", 0.5)
+    torch.manual_seed(0)
+    model = TD3([2], [-2.0], [2.0], critic_obs_shape=[3], hidden_dims=[8],
+                teacher=str(tmp_path / "t.ckpt"), teacher_weight=3.0)
+    with pytest.raises(UserInputError, match=r"acts in \[\[-1.0\], \[1.0\]\], this env in \[\[-2.0\], \[2.0\]\]"):
+        load_teacher(str(tmp_path / "t.ckpt"), model.hparams)
+    model = TD3([2], [-1.0], [1.0], critic_obs_shape=[3], hidden_dims=[8],
+                teacher=str(tmp_path / "t.ckpt"), teacher_weight=3.0)
+    model._teacher = (load_teacher(model.hparams.teacher, model.hparams),)
+    batch = {"obs": torch.randn(5, 2), "critic_obs": torch.randn(5, 3)}
+    assert torch.allclose(model._teacher[0](batch["critic_obs"]), torch.full((5, 1), 0.5))
+    actions = model.actor(batch["obs"])
+    q = model.critic.q1(batch["critic_obs"], actions)
+    assert torch.allclose(model.actor_loss(batch), -q.mean() + 3.0 * (actions - 0.5).pow(2).mean())
+    assert not any("teacher" in name for name in model.state_dict())  # not saved with the student
+
+
+def test_fitting_with_a_teacher_pulls_the_actor_to_the_teachers_actions(tmp_path):
+    _constant_teacher(tmp_path / "t.ckpt", 0.6)
+    for weight, near in ((0.0, False), (100.0, True)):
+        L.seed_everything(0)
+        dm = ReplayDataModule(PRIVILEGED_ENV, warmup_steps=14, batch_size=16, buffer_size=200, privileged_critic=True)
+        model = TD3(dm.obs_shape, dm.action_low, dm.action_high, critic_obs_shape=dm.critic_obs_shape,
+                    hidden_dims=[16], teacher=str(tmp_path / "t.ckpt"), teacher_weight=weight, policy_freq=1,
+                    actor_lr=1e-2)
+        quiet_trainer(max_steps=150).fit(model, dm)
+        with torch.no_grad():
+            acted = model.actor(torch.rand(64, 2) * 2 - 1)
+        assert (acted.sub(0.6).abs().max() < 0.05) == near, (weight, acted.min(), acted.max())
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(critic_obs_shape=None), "model.teacher needs a privileged observation"),
+    (dict(critic_obs_shape=[3], teacher_weight=-1.0), "model.teacher_weight must be >= 0"),
+])
+def test_teacher_options_out_of_range_get_one_line(kwargs, message):
+    with pytest.raises(UserInputError, match=message):
+        TD3([2], [-1.0], [1.0], teacher="t.ckpt", **kwargs)
+
+
+def test_teacher_that_reads_another_observation_or_no_file_gets_one_line(tmp_path):
+    from td3_lightning.module import load_teacher
+
+    _constant_teacher(tmp_path / "t.ckpt", 0.5)
+    model = TD3([2], [-1.0], [1.0], critic_obs_shape=[5], teacher=str(tmp_path / "t.ckpt"))
+    with pytest.raises(UserInputError, match=r"reads observations of shape \[3\], but the privileged observation "
+                                             r"has shape \[5\]"):
+        load_teacher(model.hparams.teacher, model.hparams)
+    with pytest.raises(UserInputError, match="model.teacher: checkpoint file not found: nowhere.ckpt"):
+        load_teacher("nowhere.ckpt", model.hparams)
+
+
+def test_the_shipped_state_driver_teaches_the_pixel_actor_from_any_directory(tmp_path, monkeypatch):
+    from td3_lightning.module import load_teacher
+
+    monkeypatch.chdir(tmp_path)  # the relative path is found beside the installed package
+    env = CarRacingPixels(action_mode="steer_throttle", resize=40)
+    model = TD3([4, 40, 40], env.action_space.low.tolist(), env.action_space.high.tolist(),
+                critic_obs_shape=[43], teacher="td3_lightning/checkpoints/car_random_tracks.ckpt")
+    teacher = load_teacher(model.hparams.teacher, model.hparams)
+    state, info = CarRacingState(action_mode="steer_throttle").reset(seed=3)
+    shipped = TD3.load_from_checkpoint(SHIPPED, map_location="cpu")
+    obs = torch.as_tensor(state)[None]
+    assert torch.equal(teacher(obs), shipped.actor.eval()(obs).detach())
