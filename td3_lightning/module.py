@@ -224,15 +224,23 @@ class TD3(L.LightningModule):
         return (q - self.td_target(batch, noise)).pow(2).mean(dim=1).sum(), q
 
     def actor_loss(self, batch: dict[str, Tensor]) -> Tensor:
-        """``-mean Q_1(s, pi(s))`` with the critic's weights held fixed (plus the weighted
-        state-prediction error of the actor's encoder, with ``state_prediction``)."""
+        """``-mean Q_1(s, pi(s))`` with the critic's weights held fixed, plus the weighted
+        state-prediction error of the actor's encoder (``state_prediction``) and distance to the
+        teacher's actions (``teacher``); those two are logged as ``train/state_prediction_loss``
+        and ``train/teacher_distance``."""
         critic_s = batch.get("critic_obs", batch["obs"])
         features = self.actor.features(batch["obs"])
         loss = -self.critic.q1(critic_s, self.actor.act(features), detach_params=True).mean()
+        terms: dict[str, Tensor] = {}
         if self.state_head is not None:
-            loss = loss + self.hparams.state_prediction * (self.state_head(features) - critic_s).pow(2).mean()
+            terms["state_prediction_loss"] = (self.state_head(features) - critic_s).pow(2).mean()
+            loss = loss + self.hparams.state_prediction * terms["state_prediction_loss"]
         if self._teacher:
-            loss = loss + self.hparams.teacher_weight * self.teacher_distance(features, critic_s)
+            terms["teacher_distance"] = self.teacher_distance(features, critic_s)
+            loss = loss + self.hparams.teacher_weight * terms["teacher_distance"]
+        if not torch.compiler.is_compiling():  # logged from eager steps (a compiled step returns the loss only)
+            for name, value in terms.items():
+                self.stats.add_term(name, value)
         return loss
 
     def teacher_distance(self, features: Tensor, critic_s: Tensor) -> Tensor:

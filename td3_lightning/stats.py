@@ -26,6 +26,7 @@ class TrainingStatistics:
         self._hist: tuple[list[Tensor], list[Tensor], list[Tensor]] = ([], [], [])  # critic loss, Q1, actor loss
         self._sums: Tensor | None = None
         self._counts = [0, 0, 0]
+        self._terms: dict[str, tuple[Tensor, int]] = {}  # name -> (running sum on the device, count)
 
     def add(self, critic_loss: Tensor, q1: Tensor, actor_loss: Tensor | None) -> None:
         keep = (lambda t: t.detach().clone()) if self.copy_outputs else Tensor.detach
@@ -37,13 +38,21 @@ class TrainingStatistics:
         if len(critic_losses) >= _FOLD_EVERY:
             self._fold()
 
+    def add_term(self, name: str, value: Tensor) -> None:
+        """A scalar part of a loss (logged as ``train/<name>``), summed on the device."""
+        total, count = self._terms.get(name, (None, 0))
+        value = value.detach()
+        self._terms[name] = (value.clone() if total is None else total + value, count + 1)
+
     def means(self) -> dict[str, Tensor]:
-        """``train/critic_loss``, ``train/q`` and (if the actor was updated) ``train/actor_loss``; then start afresh."""
+        """``train/critic_loss``, ``train/q``, (if the actor was updated) ``train/actor_loss`` and the
+        loss terms added since the last call; then start afresh."""
         sums, counts = self._fold(), self._counts
         means = {"train/critic_loss": sums[0] / counts[0], "train/q": sums[1] / counts[1]}
         if counts[2]:
             means["train/actor_loss"] = sums[2] / counts[2]
-        self._sums, self._counts = None, [0, 0, 0]
+        means.update({f"train/{name}": total / count for name, (total, count) in self._terms.items()})
+        self._sums, self._counts, self._terms = None, [0, 0, 0], {}
         return means
 
     def _fold(self) -> Tensor:

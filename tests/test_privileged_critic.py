@@ -153,6 +153,8 @@ def test_pixel_actor_keeps_its_own_encoder_and_the_state_head_adds_its_error():
     q = model.critic.q1(batch["critic_obs"], model.actor.act(features))
     error = (model.state_head(features) - batch["critic_obs"]).pow(2).mean()
     assert torch.allclose(model.actor_loss(batch), -q.mean() + 0.5 * error)
+    assert torch.allclose(model.stats.means()["train/state_prediction_loss"], error)
+    assert "train/state_prediction_loss" not in model.stats.means()  # each log starts afresh
     trained = {id(p) for g in model.configure_optimizers()[1].param_groups for p in g["params"]}
     assert {id(p) for p in model.state_head.parameters()} <= trained  # the actor's optimizer trains the head
     assert {id(p) for p in model.actor.encoder.parameters()} <= trained
@@ -250,6 +252,9 @@ def test_teacher_term_is_the_squared_action_distance_in_half_ranges(tmp_path):
     actions = model.actor(batch["obs"])
     q = model.critic.q1(batch["critic_obs"], actions)
     assert torch.allclose(model.actor_loss(batch), -q.mean() + 3.0 * (actions - 0.5).pow(2).mean())
+    model.actor_loss(batch)  # the terms are logged as means over the actor updates since the last log
+    logged = model.stats.means()
+    assert torch.allclose(logged["train/teacher_distance"], (actions - 0.5).pow(2).mean())
     assert not any("teacher" in name for name in model.state_dict())  # not saved with the student
 
 
