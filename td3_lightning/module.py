@@ -69,6 +69,16 @@ class TD3(L.LightningModule):
         lr_final_factor: the learning rates decay linearly to ``lr * lr_final_factor`` over
             ``schedule_steps`` training steps (1 = constant).
         schedule_steps: length of both schedules in training steps (default: ``trainer.max_steps``).
+        preactivation_penalty: weight of a term added to the actor's loss: the mean square of the
+            actor's output before the tanh. Why: while the critic is still nearly flat (early
+            training, or rewards that are the same for most actions), Adam moves the actor's output
+            at its full step size in whatever direction the critic's small gradient points, the
+            tanh saturates and its gradient vanishes, and the action stays pinned at a bound for
+            the rest of the run (watch ``train/actor_preactivation``: a value of 25 means a
+            typical output of 5, a tanh of 0.9999). The term pulls the output back to where the
+            tanh still passes the critic's gradient, and is too small to matter once the critic's
+            gradient is of order 1 (a weight of 1e-3 still allows outputs of 3, 99.5% of the
+            bound). 0 = off.
         encoder: ``auto`` (a CNN for image observations ``(C, H, W)``, none for vectors),
             ``cnn`` or ``none``.
         encoder_features: length of the CNN encoder's feature vector.
@@ -125,6 +135,7 @@ class TD3(L.LightningModule):
         exploration_noise_final: float | None = None,
         lr_final_factor: float = 1.0,
         schedule_steps: int | None = None,
+        preactivation_penalty: float = 0.0,
         encoder: str = "auto",
         encoder_features: int = 50,
         shared_encoder: bool = True,
@@ -144,6 +155,7 @@ class TD3(L.LightningModule):
             schedule_steps=schedule_steps, encoder=encoder, encoder_features=encoder_features,
             compile_mode=compile_mode, critic_obs_shape=critic_obs_shape, random_shift=random_shift,
             state_prediction=state_prediction, teacher=teacher, teacher_weight=teacher_weight,
+            preactivation_penalty=preactivation_penalty,
         )
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -225,13 +237,17 @@ class TD3(L.LightningModule):
 
     def actor_loss(self, batch: dict[str, Tensor]) -> Tensor:
         """``-mean Q_1(s, pi(s))`` with the critic's weights held fixed, plus the weighted
-        state-prediction error of the actor's encoder (``state_prediction``) and distance to the
-        teacher's actions (``teacher``); those two are logged as ``train/state_prediction_loss``
-        and ``train/teacher_distance``."""
+        state-prediction error of the actor's encoder (``state_prediction``), distance to the
+        teacher's actions (``teacher``) and mean square of the actor's output before the tanh
+        (``preactivation_penalty``); logged as ``train/state_prediction_loss``,
+        ``train/teacher_distance`` and ``train/actor_preactivation`` (the last one always)."""
         critic_s = batch.get("critic_obs", batch["obs"])
         features = self.actor.features(batch["obs"])
-        loss = -self.critic.q1(critic_s, self.actor.act(features), detach_params=True).mean()
-        terms: dict[str, Tensor] = {}
+        preactivation = self.actor.net(features)
+        loss = -self.critic.q1(critic_s, self.actor.squash(preactivation), detach_params=True).mean()
+        terms: dict[str, Tensor] = {"actor_preactivation": preactivation.pow(2).mean()}
+        if self.hparams.preactivation_penalty > 0:
+            loss = loss + self.hparams.preactivation_penalty * terms["actor_preactivation"]
         if self.state_head is not None:
             terms["state_prediction_loss"] = (self.state_head(features) - critic_s).pow(2).mean()
             loss = loss + self.hparams.state_prediction * terms["state_prediction_loss"]
@@ -628,6 +644,8 @@ def _check_hparams(**hp: Any) -> None:
          "model.teacher needs a privileged observation for the teacher to read: set data.privileged_critic true "
          "(with an env that offers info['privileged_obs'])"),
         (hp["teacher_weight"] >= 0, f"model.teacher_weight must be >= 0, got {hp['teacher_weight']}"),
+        (hp["preactivation_penalty"] >= 0,
+         f"model.preactivation_penalty must be >= 0 (0 = off), got {hp['preactivation_penalty']}"),
         (hp["random_shift"] >= 0, f"model.random_shift must be >= 0 pixels (0 = off), got {hp['random_shift']}"),
         (len(low) == len(high) and len(low) > 0, "action_low and action_high must have the same, non-zero length"),
         (all(lo < hi for lo, hi in zip(low, high)), f"every action_low must be < action_high, got {low} and {high}"),

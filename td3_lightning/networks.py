@@ -117,7 +117,11 @@ class Actor(nn.Module):
 
     def act(self, features: Tensor) -> Tensor:
         """The bounded action for :meth:`features`."""
-        return torch.tanh(self.net(features)) * self.action_scale + self.action_bias
+        return self.squash(self.net(features))
+
+    def squash(self, preactivation: Tensor) -> Tensor:
+        """The MLP's output (``self.net(features)``) -> the action: tanh, scaled to the bounds."""
+        return torch.tanh(preactivation) * self.action_scale + self.action_bias
 
 
 class CriticEnsemble(nn.Module):
