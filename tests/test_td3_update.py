@@ -155,6 +155,7 @@ def test_targets_have_no_gradients_and_stay_in_eval_mode():
         ({"encoder": "mlp"}, "model.encoder must be auto, cnn or none"),
         ({"compile_mode": "fast"}, "model.compile_mode must be one of none, default, reduce-overhead"),
         ({"action_low": [3.0, 0.0]}, "action_low"),
+        ({"preactivation_penalty": -1e-3}, r"model.preactivation_penalty must be >= 0 \(0 = off\), got -0.001"),
     ],
 )
 def test_bad_hyperparameters_are_refused(kwargs, match):
@@ -178,3 +179,32 @@ def test_flush_denormal_is_set_when_the_module_is_created(cli_env):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cli_env)
     assert out.stdout.split() == ["True", "True", "True"]
+
+
+def test_preactivation_penalty_adds_the_weighted_mean_square_of_the_output_before_the_tanh():
+    plain, penalised = make_module(), make_module(preactivation_penalty=0.5)
+    b = batch_of()
+    z = plain.actor.net(b["obs"])
+    expected = plain.actor_loss(b) + 0.5 * z.pow(2).mean()
+    assert torch.allclose(penalised.actor_loss(b), expected)
+    assert torch.allclose(penalised.stats.means()["train/actor_preactivation"], z.pow(2).mean())
+
+
+@pytest.mark.parametrize("penalty, pinned", [(0.0, True), (1e-3, False)])
+def test_a_nearly_flat_critic_pins_the_action_at_its_bound_unless_the_preactivation_is_penalised(penalty, pinned):
+    """A critic with a small constant slope dQ/da = 0.01 (as early in training): Adam moves the actor's output
+    at its full step size, so without the penalty the tanh saturates (and its gradient vanishes); with 1e-3 the
+    output settles where 0.01 * (1 - tanh(z)^2) = 2e-3 * z, z about 1.25, an action of about 0.85."""
+    m = make_module(action_low=[-1.0], action_high=[1.0], preactivation_penalty=penalty)
+    m.critic.q1 = lambda obs, action, detach_params=False: 0.01 * action.sum(dim=1)
+    optimizer = torch.optim.Adam(m.actor.parameters(), lr=3e-4)
+    obs = torch.randn(64, 3, generator=torch.Generator().manual_seed(2))
+    for _ in range(1000):
+        optimizer.zero_grad()
+        m.actor_loss({"obs": obs}).backward()
+        optimizer.step()
+    action, z = m.actor(obs), m.actor.net(obs)
+    if pinned:  # saturated: tanh'(z) < 0.01 for most states, and still moving outward
+        assert action.mean() > 0.99 and z.mean() > 3.0
+    else:
+        assert 0.8 < action.mean() < 0.9 and action.max() < 0.95 and 1.1 < z.mean() < 1.4
