@@ -12,6 +12,14 @@ from td3_lightning import TD3
 from td3_lightning.cli import main
 
 SHIPPED = Path(td3_lightning.__file__).parent / "checkpoints" / "car_random_tracks.ckpt"
+SHIPPED_PIXELS = Path(td3_lightning.__file__).parent / "checkpoints" / "car_pixels.ckpt"
+
+
+def _test_results(argv: list[str], capsys) -> dict:
+    main(argv)
+    out = capsys.readouterr().out
+    path = next(line.split("written to ")[1] for line in out.splitlines() if "test results written to" in line)
+    return json.loads(Path(path).read_text())
 
 
 def test_shipped_checkpoint_is_small_and_rebuilds_without_an_env():
@@ -30,13 +38,31 @@ def test_shipped_policy_drives_held_out_tracks(tmp_path, monkeypatch, capsys):
     tracks (6, 19) the same driver closes or misses the lap depending on rounding. The previously shipped
     driver left track 7's lap open (724.5)."""
     monkeypatch.chdir(tmp_path)
-    main(["test", "--config", "car.yaml", "--ckpt_path", str(SHIPPED), "--data.test_episodes", "4",
-          "--data.test_seed", "7"])
-    out = capsys.readouterr().out
-    path = next(line.split("written to ")[1] for line in out.splitlines() if "test results written to" in line)
-    results = json.loads(Path(path).read_text())
+    results = _test_results(["test", "--config", "car.yaml", "--ckpt_path", str(SHIPPED), "--data.test_episodes",
+                             "4", "--data.test_seed", "7"], capsys)
     assert results["test/episodes"] == 4.0
     # an untrained policy scores below 0 on these tracks; the shipped driver closes all four laps (921-940)
     assert results["test/success_rate"] == 1.0 and results["episode_successes"] == [1.0] * 4, results
     assert results["test/return_min"] > 918.0, results
     assert results["test/return"] > 928.0, results
+
+
+def test_shipped_pixel_checkpoint_is_small_and_its_actor_reads_frames_only():
+    assert SHIPPED_PIXELS.stat().st_size < 5_000_000
+    model = TD3.load_from_checkpoint(SHIPPED_PIXELS, map_location="cpu")
+    assert model.hparams.obs_shape == [4, 40, 40] and model.hparams.critic_obs_shape == [43]
+    frames = torch.randint(0, 256, (3, 4, 40, 40), dtype=torch.uint8)
+    action = model.actor(frames)
+    assert action.shape == (3, 2) and action.abs().max() <= 1.0
+
+
+def test_shipped_pixel_driver_drives_held_out_tracks_from_frames(tmp_path, monkeypatch, capsys):
+    """Held-out tracks 8-10 from 4 stacked 40x40 gray frames (``car_pixels.yaml``'s env, CarRacing's unmodified
+    rules): the pixel driver closes all three laps (932-942), also under 1e-5 input perturbations."""
+    monkeypatch.chdir(tmp_path)
+    results = _test_results(["test", "--config", "car_pixels.yaml", "--ckpt_path", str(SHIPPED_PIXELS),
+                             "--data.test_episodes", "3", "--data.test_seed", "8"], capsys)
+    assert results["test/episodes"] == 3.0
+    assert results["episode_successes"] == [1.0] * 3, results
+    assert results["test/return_min"] > 925.0, results
+    assert results["test/return"] > 930.0, results
