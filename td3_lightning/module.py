@@ -244,7 +244,8 @@ class TD3(L.LightningModule):
         critic_s = batch.get("critic_obs", batch["obs"])
         features = self.actor.features(batch["obs"])
         preactivation = self.actor.net(features)
-        loss = -self.critic.q1(critic_s, self.actor.squash(preactivation), detach_params=True).mean()
+        action = self.actor.squash(preactivation)
+        loss = -self.critic.q1(critic_s, action, detach_params=True).mean()
         terms: dict[str, Tensor] = {"actor_preactivation": preactivation.pow(2).mean()}
         if self.hparams.preactivation_penalty > 0:
             loss = loss + self.hparams.preactivation_penalty * terms["actor_preactivation"]
@@ -252,19 +253,19 @@ class TD3(L.LightningModule):
             terms["state_prediction_loss"] = (self.state_head(features) - critic_s).pow(2).mean()
             loss = loss + self.hparams.state_prediction * terms["state_prediction_loss"]
         if self._teacher:
-            terms["teacher_distance"] = self.teacher_distance(features, critic_s)
+            terms["teacher_distance"] = self.teacher_distance(action, critic_s)
             loss = loss + self.hparams.teacher_weight * terms["teacher_distance"]
         if not torch.compiler.is_compiling():  # logged from eager steps (a compiled step returns the loss only)
             for name, value in terms.items():
                 self.stats.add_term(name, value)
         return loss
 
-    def teacher_distance(self, features: Tensor, critic_s: Tensor) -> Tensor:
-        """Mean squared distance, in half action ranges, between the actor's actions (from its
-        encoder ``features``) and the teacher's on the privileged observations ``critic_s``."""
+    def teacher_distance(self, action: Tensor, critic_s: Tensor) -> Tensor:
+        """Mean squared distance, in half action ranges, between the actor's ``action`` and the
+        teacher's on the privileged observations ``critic_s`` of the same steps."""
         with torch.no_grad():
             target = self._teacher[0](critic_s)
-        return ((self.actor.act(features) - target) / self.actor.action_scale).pow(2).sum(dim=1).mean()
+        return ((action - target) / self.actor.action_scale).pow(2).sum(dim=1).mean()
 
     @torch.no_grad()
     def update_targets(self) -> None:
