@@ -413,6 +413,23 @@ def test_max_stall_frames_charges_no_second_penalty_and_spares_a_driving_car():
     assert info["tiles_visited"] >= 10
 
 
+def test_max_stall_frames_leaves_a_car_off_the_road_to_max_off_road_frames():
+    # the off-road drive of test_max_off_road_frames_terminates_after_that_many_frames, with a stall
+    # limit far shorter than the off-road one: off the road only the off-road limit ends the episode
+    env = CarRacingState(max_stall_frames=30, max_off_road_frames=120, missed_tile_penalty=40.0)
+    env.reset(seed=0)
+    stall_on_grass = []
+    for _ in range(600):
+        _, r, term, trunc, info = env.step(_a(0.0, 0.5, 0.0))
+        if info["off_road_frames"]:
+            stall_on_grass.append(env.stall_frames)
+        if term or trunc:
+            break
+    assert term and info["off_road_terminated"] and not info["stall_terminated"]
+    assert info["off_road_frames"] == 120 and len(stall_on_grass) == 120
+    assert max(stall_on_grass) == 0  # the count restarts on every frame with all wheels on the grass
+
+
 def test_max_stall_frames_must_be_a_positive_integer():
     with pytest.raises(ValueError, match="max_stall_frames must be None or an integer >= 1"):
         CarRacingState(max_stall_frames=0)

@@ -217,12 +217,15 @@ class CarRacingState(CarRacing):
         max_stall_frames: TRAINING AID, changes the episode.  None (default)
             = CarRacing's rules.  An int M: the episode also terminates
             (``info["stall_terminated"] = True``) after M consecutive physics
-            frames in which no new tile was visited, as a lap left open: the
-            ``missed_tile_penalty`` is charged then if it was not yet.  Why: a
-            deterministic policy can come to rest in a tight corner (a throttle
-            a hair below zero brakes a standing car) and wait out the time
-            limit; in training the exploration noise never lets it, so nothing
-            teaches the policy that creeping costs the lap.
+            frames on the road in which no new tile was visited, as a lap left
+            open: the ``missed_tile_penalty`` is charged then if it was not
+            yet.  Why: a deterministic policy can come to rest in a tight
+            corner (a throttle a hair below zero brakes a standing car) and
+            wait out the time limit; in training the exploration noise never
+            lets it, so nothing teaches the policy that creeping costs the lap.
+            A frame with all four wheels off the road restarts the count:
+            there ``max_off_road_frames`` decides, so a limit on the grass
+            longer than M leaves a car time to drive back to the road.
         lap_complete_percent: fraction of tiles that must be visited before
             touching the start tile completes the lap (CarRacing's option).
         domain_randomize: CarRacing's colour randomisation (only affects
@@ -442,8 +445,12 @@ class CarRacingState(CarRacing):
             ):
                 terminated = off_road_end = True
                 frame_reward -= self.off_road_penalty
-            # training aid: consecutive frames without a newly visited tile
-            self.stall_frames = 0 if self.tile_visited_count > visited_before else self.stall_frames + 1
+            # training aid: consecutive frames on the road without a newly visited tile (off the road,
+            # max_off_road_frames governs, and a car driving back finds its road again with a full count)
+            if self.tile_visited_count > visited_before or self.off_road_frames:
+                self.stall_frames = 0
+            else:
+                self.stall_frames += 1
             if not terminated and self.max_stall_frames is not None and self.stall_frames >= self.max_stall_frames:
                 terminated = stalled = True
             total += frame_reward
