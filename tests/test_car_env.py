@@ -435,6 +435,59 @@ def test_max_stall_frames_must_be_a_positive_integer():
         CarRacingState(max_stall_frames=0)
 
 
+
+def test_recovery_starts_put_the_car_at_rest_beside_a_random_point_with_the_tiles_behind_it_visited():
+    env = CarRacingState(recovery_starts=1.0, recovery_start_offset=30.0, action_mode="steer_throttle")
+    distances, starts = [], []
+    for seed in range(8):
+        obs, info = env.reset(seed=seed)
+        k, n = info["start_tile"], info["tiles_total"]
+        starts.append(k)
+        assert 0 <= k < n and all(t.road_visited for t in env.road[: k + 1])
+        # beyond them, only what the wheels touch in the reset's first frame (credited to the first step;
+        # a start beside the road can stand on a neighbouring part of the track)
+        touched = [i for i, t in enumerate(env.road) if t.road_visited and i > k]
+        assert info["tiles_visited"] == k + 1 + len(touched) and len(touched) <= 4
+        beta, x, y = env.track[k][1:4]
+        dx, dy = np.asarray(env.car.hull.position) - (x, y)
+        distances.append(math.hypot(dx, dy))
+        # the car stands across the road from point k: the offset is along the road's normal (cos b, sin b)
+        assert abs(-dx * math.sin(beta) + dy * math.cos(beta)) < 0.05
+        assert abs(obs[IDX["v_forward"]]) < 0.01
+        assert obs[IDX["tiles_visited"]] == pytest.approx(info["tiles_visited"] / n)
+    assert max(distances) <= 30.0 + 0.05 and max(distances) > car_module.TRACK_WIDTH  # some start on the grass
+    assert len(set(starts)) == len(starts)
+
+
+def test_a_recovery_start_earns_only_the_tiles_it_visits_itself():
+    env = CarRacingState(recovery_starts=1.0, recovery_start_offset=5.0)
+    for seed in range(3):
+        _, info = env.reset(seed=seed)
+        n, start_visited = info["tiles_total"], info["start_tile"] + 1
+        total = 0.0
+        for action in block_actions(seed, frames=300):
+            _, r, term, trunc, info = env.step(action)
+            total += r
+            if term or trunc:
+                break
+        assert not info["out_of_playfield"]
+        # CarRacing's rewards: 1000/N per tile visited after the start, -0.1 per frame
+        assert total == pytest.approx((info["tiles_visited"] - start_visited) * 1000.0 / n - 0.1 * info["frames"])
+
+
+def test_recovery_starts_is_a_fraction_of_resets_and_off_by_default():
+    plain = CarRacingState()
+    _, info = plain.reset(seed=0)
+    assert info["start_tile"] == 0 and plain.car.hull.angle == pytest.approx(plain.track[0][1], abs=0.01)
+    env = CarRacingState(recovery_starts=0.5)
+    recovered = [env.reset(seed=s)[1]["start_tile"] > 0 for s in range(40)]
+    assert 10 <= sum(recovered) <= 30
+    with pytest.raises(ValueError, match=r"recovery_starts must be a fraction in \[0, 1\]"):
+        CarRacingState(recovery_starts=1.5)
+    with pytest.raises(ValueError, match="recovery_start_offset must be a finite number >= 0"):
+        CarRacingState(recovery_start_offset=-1.0)
+
+
 # ---------------------------------------------------------------- render
 def test_rgb_render_and_no_drawing_without_render_mode():
     env = gym.make(ENV_ID, render_mode="rgb_array")

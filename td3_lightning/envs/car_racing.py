@@ -14,7 +14,7 @@ reward of -100 and ``terminated`` when the car leaves the playfield,
 frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty``,
-``missed_tile_penalty`` and ``max_stall_frames``, all off by default.
+``missed_tile_penalty``, ``max_stall_frames`` and ``recovery_starts``, all off by default.
 
 Conventions
 -----------
@@ -226,6 +226,21 @@ class CarRacingState(CarRacing):
             A frame with all four wheels off the road restarts the count:
             there ``max_off_road_frames`` decides, so a limit on the grass
             longer than M leaves a car time to drive back to the road.
+        recovery_starts: TRAINING AID, changes the episode.  0.0 (default)
+            = CarRacing's start.  A fraction F: on that fraction of resets
+            (drawn from the env RNG) the car starts at rest beside a track
+            point k drawn uniformly from the lap, up to
+            ``recovery_start_offset`` units to either side of the centre line
+            (uniform), with its nose at a uniform random angle, and tiles
+            0..k count as visited (without their reward), as for a car that
+            has just spun off the road there.  ``info["start_tile"]`` is k
+            (0 on a normal start).  Why: a policy that drives well rarely
+            leaves the road in training, and ``max_off_road_frames`` ends the
+            episodes in which it does, so it never learns to drive back from
+            far off; under the real rules such a car stops on the grass.
+        recovery_start_offset: the largest distance of a recovery start from
+            the centre line, in world units (the road edge is at 6.67; the
+            lateral-offset feature saturates at 33).
         lap_complete_percent: fraction of tiles that must be visited before
             touching the start tile completes the lap (CarRacing's option).
         domain_randomize: CarRacing's colour randomisation (only affects
@@ -255,6 +270,8 @@ class CarRacingState(CarRacing):
         off_road_penalty: float = 0.0,
         missed_tile_penalty: float = 0.0,
         max_stall_frames: int | None = None,
+        recovery_starts: float = 0.0,
+        recovery_start_offset: float = 25.0,
         lap_complete_percent: float = 0.95,
         domain_randomize: bool = False,
         max_episode_frames: int | None = CAR_RACING_MAX_FRAMES,
@@ -279,6 +296,10 @@ class CarRacingState(CarRacing):
             raise ValueError(f"max_episode_frames must be None or an integer >= 1, got {max_episode_frames!r}")
         if not (math.isfinite(missed_tile_penalty) and missed_tile_penalty >= 0):
             raise ValueError(f"missed_tile_penalty must be a finite number >= 0, got {missed_tile_penalty!r}")
+        if not (math.isfinite(recovery_starts) and 0.0 <= recovery_starts <= 1.0):
+            raise ValueError(f"recovery_starts must be a fraction in [0, 1], got {recovery_starts!r}")
+        if not (math.isfinite(recovery_start_offset) and recovery_start_offset >= 0):
+            raise ValueError(f"recovery_start_offset must be a finite number >= 0, got {recovery_start_offset!r}")
         if track_seed is not None and (int(track_seed) != track_seed or track_seed < 0):
             raise ValueError(f"track_seed must be None or a non-negative integer, got {track_seed!r}")
         super().__init__(
@@ -297,6 +318,8 @@ class CarRacingState(CarRacing):
             off_road_penalty=off_road_penalty,
             missed_tile_penalty=missed_tile_penalty,
             max_stall_frames=max_stall_frames,
+            recovery_starts=recovery_starts,
+            recovery_start_offset=recovery_start_offset,
             lap_complete_percent=lap_complete_percent,
             domain_randomize=domain_randomize,
             max_episode_frames=max_episode_frames,
@@ -309,6 +332,8 @@ class CarRacingState(CarRacing):
         self.off_road_penalty = float(off_road_penalty)
         self.missed_tile_penalty = float(missed_tile_penalty)
         self.max_stall_frames = None if max_stall_frames is None else int(max_stall_frames)
+        self.recovery_starts = float(recovery_starts)
+        self.recovery_start_offset = float(recovery_start_offset)
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
         self.observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
         self.action_mode = action_mode
@@ -321,6 +346,7 @@ class CarRacingState(CarRacing):
         self._near = 0
         self._progress = 0.0
         self._miss_frontier = 1
+        self._start_tile = 0
         self._pts: np.ndarray | None = None
 
     # ------------------------------------------------------------------ reset
@@ -354,7 +380,11 @@ class CarRacingState(CarRacing):
                     pass
             finally:
                 self._np_random = env_rng
-        self.car = Car(self.world, *self.track[0][1:4])
+        self._start_tile = 0
+        if self.recovery_starts > 0.0 and self.np_random.random() < self.recovery_starts:
+            self.car = self._recovery_start_car()
+        else:
+            self.car = Car(self.world, *self.track[0][1:4])
         self._prepare_track_arrays()
 
         # CarRacing's reset advances the world by one frame without an action
@@ -368,11 +398,26 @@ class CarRacingState(CarRacing):
         self.off_road_frames = 0
         self.stall_frames = 0
         self.tiles_missed = 0
-        self._near = 0
-        self._miss_frontier = 1  # the next tile to check; tile 0 is under the car at the start
+        self._near = self._start_tile
+        # the next tile to check; the tiles up to the start tile are visited (tile 0 is under the car)
+        self._miss_frontier = (self._start_tile + 1) % len(self.track)
         if self.render_mode == "human":
             self.render()
         return self._observe(), self._info(False, False, False)
+
+    def _recovery_start_car(self) -> Car:
+        """A car at rest beside a random track point k, at a random angle; tiles 0..k visited."""
+        rng = self.np_random
+        k = int(rng.integers(len(self.track)))
+        beta, x, y = self.track[k][1:4]
+        side = self.recovery_start_offset * float(rng.uniform(-1.0, 1.0))
+        # the road's edges are P_k -/+ TRACK_WIDTH * (cos beta, sin beta)
+        x, y = x + side * math.cos(beta), y + side * math.sin(beta)
+        for tile in self.road[: k + 1]:
+            tile.road_visited = True
+        self.tile_visited_count = k + 1
+        self._start_tile = k
+        return Car(self.world, beta + float(rng.uniform(-math.pi, math.pi)), x, y)
 
     def _prepare_track_arrays(self) -> None:
         track = np.asarray(self.track, dtype=np.float64)  # rows: alpha, beta, x, y
@@ -499,6 +544,7 @@ class CarRacingState(CarRacing):
             "off_road_terminated": off_road_end,
             "stall_terminated": stalled,
             "tiles_missed": self.tiles_missed,
+            "start_tile": self._start_tile,
         }
 
     # --------------------------------------------------------------- features
