@@ -435,7 +435,6 @@ def test_max_stall_frames_must_be_a_positive_integer():
         CarRacingState(max_stall_frames=0)
 
 
-
 def test_recovery_starts_put_the_car_at_rest_beside_a_random_point_with_the_tiles_behind_it_visited():
     env = CarRacingState(recovery_starts=1.0, recovery_start_offset=30.0, action_mode="steer_throttle")
     distances, starts = [], []

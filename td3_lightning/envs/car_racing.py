@@ -380,11 +380,10 @@ class CarRacingState(CarRacing):
                     pass
             finally:
                 self._np_random = env_rng
-        self._start_tile = 0
         if self.recovery_starts > 0.0 and self.np_random.random() < self.recovery_starts:
-            self.car = self._recovery_start_car()
+            self.car, self._start_tile = self._recovery_start_car()
         else:
-            self.car = Car(self.world, *self.track[0][1:4])
+            self.car, self._start_tile = Car(self.world, *self.track[0][1:4]), 0
         self._prepare_track_arrays()
 
         # CarRacing's reset advances the world by one frame without an action
@@ -405,8 +404,8 @@ class CarRacingState(CarRacing):
             self.render()
         return self._observe(), self._info(False, False, False)
 
-    def _recovery_start_car(self) -> Car:
-        """A car at rest beside a random track point k, at a random angle; tiles 0..k visited."""
+    def _recovery_start_car(self) -> tuple[Car, int]:
+        """A car at rest beside a random track point k, at a random angle, and k; tiles 0..k visited."""
         rng = self.np_random
         k = int(rng.integers(len(self.track)))
         beta, x, y = self.track[k][1:4]
@@ -416,8 +415,7 @@ class CarRacingState(CarRacing):
         for tile in self.road[: k + 1]:
             tile.road_visited = True
         self.tile_visited_count = k + 1
-        self._start_tile = k
-        return Car(self.world, beta + float(rng.uniform(-math.pi, math.pi)), x, y)
+        return Car(self.world, beta + float(rng.uniform(-math.pi, math.pi)), x, y), k
 
     def _prepare_track_arrays(self) -> None:
         track = np.asarray(self.track, dtype=np.float64)  # rows: alpha, beta, x, y
