@@ -165,6 +165,13 @@ class ReplayDataModule(L.LightningDataModule):
             so. Lightning's batch counters (``batch_idx``, the logging step) count training
             steps too, so checkpoints resume with any N. Callbacks' ``on_train_batch_start/end``
             run once per batch. The shipped configs use 8.
+        n_step: steps per replayed transition: the critics regress on
+            ``r_t + gamma r_(t+1) + ... + gamma^(n-1) r_(t+n-1) + gamma^n min Q'(s_(t+n), ...)``,
+            summed at sampling time from the stored one-step transitions, so ``n_step`` can change
+            on resume. A transition stops early at the end of its episode (and bootstraps from a
+            truncated one's last observation) and at the newest step of its env. Rewards propagate
+            n times faster; the sum is of the exploring policy's rewards (no off-policy
+            correction), so keep n small (3-5). 1 (default): TD3's one-step target.
         num_workers: must be 0: the buffer lives in the main process; batches are sampled there.
     """
 
@@ -192,6 +199,7 @@ class ReplayDataModule(L.LightningDataModule):
         frame_stack: int | None = None,
         privileged_critic: bool = False,
         steps_per_batch: int = 1,
+        n_step: int = 1,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -203,7 +211,7 @@ class ReplayDataModule(L.LightningDataModule):
         for name, value, least in [
             ("batch_size", batch_size, 1), ("buffer_size", buffer_size, 1), ("warmup_steps", warmup_steps, 1),
             ("eval_episodes", eval_episodes, 1), ("test_episodes", test_episodes, 1), ("num_envs", num_envs, 1),
-            ("steps_per_batch", steps_per_batch, 1),
+            ("steps_per_batch", steps_per_batch, 1), ("n_step", n_step, 1),
         ]:
             if value < least:
                 raise UserInputError(f"data.{name} must be at least {least}, got {value}")
@@ -234,6 +242,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.num_envs, self.utd_ratio, self.vector_mode = num_envs, utd_ratio, vector_mode
         self.frame_stack = frame_stack
         self.steps_per_batch = steps_per_batch
+        self.n_step = n_step
         self.chunk_steps = steps_per_batch  # what this fit uses (see chunk_steps)
         self._collector: Callable[[], None] | None = None  # see attach_collector
 
@@ -356,9 +365,11 @@ class ReplayDataModule(L.LightningDataModule):
         stack = self.spec.frame_stack if self.frame_stack is None else self.frame_stack
         if len(self.spec.obs_shape) == 3 and stack > 1:
             return FrameStackReplay(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), stack, device,
-                                    num_streams=self.num_envs, critic_obs_shape=self._critic_obs_shape)
+                                    num_streams=self.num_envs, critic_obs_shape=self._critic_obs_shape,
+                                    n_step=self.n_step)
         return ReplayBuffer(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), self.spec.obs_dtype,
-                            device, critic_obs_shape=self._critic_obs_shape)
+                            device, critic_obs_shape=self._critic_obs_shape, n_step=self.n_step,
+                            num_streams=self.num_envs)
 
     def _device(self) -> torch.device:
         trainer = self.trainer

@@ -214,9 +214,14 @@ class TD3(L.LightningModule):
     def td_target(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> Tensor:
         """``y = r + gamma * (1 - terminated) * min_i Q'_i(s', clip(pi'(s') + clip(eps, -c, c)))``.
 
+        With n-step transitions (``data.n_step``) ``r`` is the discounted sum
+        ``r_0 + gamma r_1 + ... + gamma^(m-1) r_(m-1)`` of their ``m`` steps and the bootstrap
+        is discounted by ``gamma^m``; ``s'`` and ``terminated`` are the last step's.
+
         Args:
             batch: replay batch with ``reward``, ``next_obs``, ``terminated`` and ``action``
-                (and ``next_critic_obs``, the critics' view of ``s'``, with a privileged critic).
+                (and ``next_critic_obs``, the critics' view of ``s'``, with a privileged critic);
+                n-step batches have ``reward`` of shape ``(B, n)`` and ``horizon`` ``m``.
             noise: standard-normal draws shaped like ``batch["action"]`` (drawn here if None).
         """
         hp = self.hparams
@@ -228,7 +233,11 @@ class TD3(L.LightningModule):
         next_s = batch.get("next_critic_obs", batch["next_obs"])
         next_q = self.critic_target(next_s, next_action).min(dim=0).values  # clipped double Q
         not_done = 1.0 - batch["terminated"].float()  # a time limit (truncated) still bootstraps
-        return batch["reward"] + hp.gamma * not_done * next_q
+        reward, discount = batch["reward"], hp.gamma
+        if "horizon" in batch:  # n-step: rewards (B, n), zero past each transition's last step
+            powers = torch.arange(reward.shape[1], device=reward.device, dtype=reward.dtype)
+            reward, discount = reward @ hp.gamma**powers, hp.gamma ** batch["horizon"]
+        return reward + discount * not_done * next_q
 
     def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``sum_i mean (Q_i(s, a) - y)^2``; also returns the critics' Q values ``(num_critics, batch)``."""

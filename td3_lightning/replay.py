@@ -12,13 +12,22 @@ from torch import Tensor
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
 #: the privileged observations of a transition, for an asymmetric critic (``critic_obs_shape``)
 CRITIC_FIELDS = ("critic_obs", "next_critic_obs")
+#: the fields an n-step transition takes from its last step
+_END_FIELDS = ("next_obs", "terminated", "next_critic_obs")
 
 
 class _Replay:
-    """What both buffers share: ``len``, single adds through ``add_batch`` and uniform draws."""
+    """What both buffers share: ``len``, single adds through ``add_batch``, uniform draws and
+    n-step transitions."""
 
     size: int
+    pos: int
+    capacity: int
     device: torch.device
+    reward: Tensor
+    terminated: Tensor
+    n_step: int = 1
+    num_streams: int = 1
 
     def __len__(self) -> int:
         return self.size
@@ -67,6 +76,65 @@ class _Replay:
                                  f"{tuple(dst.shape[1:])} in this run: the checkpoint belongs to another environment")
             dst[:rows] = src.to(self.device, dst.dtype)
 
+    def _set_n_step(self, n_step: int, num_streams: int) -> None:
+        if int(n_step) != n_step or n_step < 1:
+            raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
+        if int(num_streams) != num_streams or num_streams < 1:
+            raise ValueError(f"num_streams must be an integer >= 1, got {num_streams!r}")
+        self.n_step, self.num_streams = int(n_step), int(num_streams)
+
+    def _check_rows(self, n: int) -> None:
+        if self.n_step > 1 and n != self.num_streams:
+            raise ValueError(f"an n-step buffer follows each env's row: add {self.num_streams} rows at a time "
+                             f"(one per env), got {n}")
+
+    def _same_episode(self, slot: Tensor, later: Tensor) -> Tensor:
+        """Whether transition ``later`` starts where transition ``slot`` ended (same episode)."""
+        raise NotImplementedError
+
+    def _last_steps(self, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The n-step transitions starting at slots ``idx``.
+
+        Returns the rewards of their ``n_step`` steps ``(B, n_step)`` (zero after the last
+        step), the number of steps ``m`` (float, 1..n_step) and the slot of each last step.
+        A transition stops early at a ``terminated`` step, at an episode boundary (a
+        transition's ``next_obs`` differs from the next ``obs`` of its env: a reset; a reset
+        that returns exactly the last observation continues the sum, which is exact when
+        the observation is the state) and at the newest transition of its env.
+        """
+        newer = (self.pos - 1 - idx) % self.capacity  # transitions written after each slot
+        last = idx
+        going = ~self.terminated[idx]
+        rewards = [self.reward[idx]]
+        steps = torch.ones(idx.shape, dtype=torch.float32, device=self.device)
+        for k in range(1, self.n_step):
+            later = (idx + k * self.num_streams) % self.capacity
+            going = going & (newer >= k * self.num_streams) & self._same_episode(last, later)
+            rewards.append(torch.where(going, self.reward[later], 0.0))
+            steps += going
+            last = torch.where(going, later, last)
+            going = going & ~self.terminated[later]
+        return torch.stack(rewards, dim=1), steps, last
+
+    def gather(self, idx: Tensor, last: Tensor | None = None) -> dict[str, Tensor]:
+        """The transitions from slots ``idx`` to the end of slots ``last`` (default ``idx``)."""
+        raise NotImplementedError
+
+    def gather_n_step(self, idx: Tensor) -> dict[str, Tensor]:
+        """The transitions at ``idx``, as n-step transitions when ``n_step`` > 1.
+
+        With ``n_step`` 1 this is :meth:`gather`. Otherwise ``reward`` holds the rewards of the
+        up to ``n_step`` steps from ``obs`` ``(B, n_step)``, zero past the last one;
+        ``horizon`` the number of steps ``m``; ``next_obs`` and ``terminated`` are the last
+        step's (see :meth:`_last_steps` for where a transition stops).
+        """
+        if self.n_step == 1:
+            return self.gather(idx)
+        rewards, steps, last = self._last_steps(idx)
+        batch = self.gather(idx, last)
+        batch["reward"], batch["horizon"] = rewards, steps
+        return batch
+
     def _draw(self, batch_size: int, generator: torch.Generator | None) -> Tensor:
         """``batch_size`` uniform draws from ``range(size)``, with replacement, on the buffer's device."""
         if self.size == 0:
@@ -91,6 +159,9 @@ class ReplayBuffer(_Replay):
         device: where the tensors live (the training device makes sampling copy-free).
         critic_obs_shape: also store a privileged observation of ``obs`` and of ``next_obs``
             for the critics (``critic_obs``, ``next_critic_obs``, float32).
+        n_step: steps per sampled transition (see :meth:`gather_n_step`); 1 = one-step TD.
+        num_streams: envs adding rows side by side: each ``add_batch`` of an n-step buffer
+            adds one row per env, so an env's next transition lies ``num_streams`` slots on.
     """
 
     def __init__(
@@ -101,9 +172,12 @@ class ReplayBuffer(_Replay):
         obs_dtype: torch.dtype | np.dtype = torch.float32,
         device: torch.device | str = "cpu",
         critic_obs_shape: Sequence[int] | None = None,
+        n_step: int = 1,
+        num_streams: int = 1,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"buffer capacity must be at least 1, got {capacity}")
+        self._set_n_step(n_step, num_streams)
         self.capacity = int(capacity)
         self.device = torch.device(device)
         self.obs_shape = tuple(obs_shape)
@@ -132,6 +206,7 @@ class ReplayBuffer(_Replay):
         """Write ``n`` transitions (leading dimension ``n``) into the next ``n`` slots."""
         self._check_critic_args(critic_obs, next_critic_obs)
         n = len(reward)
+        self._check_rows(n)
         if n > self.capacity:
             raise ValueError(f"cannot add {n} transitions at once to a buffer of capacity {self.capacity}")
         values = (obs, action, reward, next_obs, terminated, critic_obs, next_critic_obs)[: len(self.fields)]
@@ -148,12 +223,18 @@ class ReplayBuffer(_Replay):
         self.size = min(self.size + n, self.capacity)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Tensor]:
-        """``batch_size`` transitions drawn uniformly with replacement from the filled slots."""
-        return self.gather(self._draw(batch_size, generator))
+        """``batch_size`` transitions drawn uniformly with replacement from the filled slots
+        (n-step transitions with ``n_step`` > 1)."""
+        return self.gather_n_step(self._draw(batch_size, generator))
 
-    def gather(self, idx: Tensor) -> dict[str, Tensor]:
-        """The transitions at ``idx`` as a dict of tensors."""
-        return {f: getattr(self, f)[idx] for f in self.fields}
+    def gather(self, idx: Tensor, last: Tensor | None = None) -> dict[str, Tensor]:
+        """The transitions at ``idx`` as a dict of tensors; ``next_obs``, ``terminated`` (and
+        ``next_critic_obs``) from the slots ``last`` when given (the end of an n-step transition)."""
+        end = idx if last is None else last
+        return {f: getattr(self, f)[end if f in _END_FIELDS else idx] for f in self.fields}
+
+    def _same_episode(self, slot: Tensor, later: Tensor) -> Tensor:
+        return (self.next_obs[slot] == self.obs[later]).flatten(1).all(dim=1)
 
     def state_dict(self) -> dict[str, Any]:
         """The filled part of the storage plus the write position (CPU tensors)."""
@@ -224,6 +305,7 @@ class FrameStackReplay(_Replay):
         frame_capacity: frames kept; default ``capacity + capacity // 8`` plus a small margin.
         critic_obs_shape: also store a privileged observation of ``obs`` and of ``next_obs``
             for the critics (``critic_obs``, ``next_critic_obs``, float32, per transition).
+        n_step: steps per sampled transition (see :meth:`gather_n_step`); 1 = one-step TD.
     """
 
     def __init__(
@@ -236,9 +318,11 @@ class FrameStackReplay(_Replay):
         num_streams: int = 1,
         frame_capacity: int | None = None,
         critic_obs_shape: Sequence[int] | None = None,
+        n_step: int = 1,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"buffer capacity must be at least 1, got {capacity}")
+        self._set_n_step(n_step, num_streams)
         obs_shape = tuple(int(s) for s in obs_shape)
         if len(obs_shape) != 3 or frame_stack < 1 or obs_shape[0] % frame_stack:
             raise ValueError(f"observation shape {obs_shape} is not {frame_stack} stacked frames (k * c, H, W)")
@@ -249,7 +333,6 @@ class FrameStackReplay(_Replay):
         self.k = int(frame_stack)
         self.c = obs_shape[0] // self.k
         self.frame_shape = (self.c, *obs_shape[1:])
-        self.num_streams = int(num_streams)
         # transitions added since a transition's oldest frame was written: at most this many frames
         self.margin = (self.k + 1) * self.k * self.num_streams
         self.frame_capacity = int(frame_capacity or self.capacity + self.capacity // 8 + 2 * self.margin + self.k + 1)
@@ -317,6 +400,7 @@ class FrameStackReplay(_Replay):
         n = len(obs)
         if n > self.num_streams:
             raise ValueError(f"{n} rows added to a frame replay made for {self.num_streams} env(s)")
+        self._check_rows(n)
         c = self.c
         for i in range(n):
             o, no = obs[i], next_obs[i]
@@ -352,25 +436,33 @@ class FrameStackReplay(_Replay):
 
     # ----------------------------------------------------------------- reading
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Tensor]:
-        """``batch_size`` transitions drawn uniformly with replacement from the live ones."""
-        return self.gather((self._draw(batch_size, generator) + (self.pos - self.size)) % self.capacity)
+        """``batch_size`` transitions drawn uniformly with replacement from the live ones
+        (n-step transitions with ``n_step`` > 1)."""
+        return self.gather_n_step((self._draw(batch_size, generator) + (self.pos - self.size)) % self.capacity)
 
     def _stack(self, ids: Tensor) -> Tensor:
         frames = self.frames[ids % self.frame_capacity]  # (B, k, c, H, W)
         return frames.reshape(ids.shape[0], *self.obs_shape)
 
-    def gather(self, idx: Tensor) -> dict[str, Tensor]:
-        """The transitions in slots ``idx``, observations as stacked ``uint8`` frames."""
+    def gather(self, idx: Tensor, last: Tensor | None = None) -> dict[str, Tensor]:
+        """The transitions in slots ``idx``, observations as stacked ``uint8`` frames;
+        ``next_obs``, ``terminated`` (and ``next_critic_obs``) from the slots ``last`` when given."""
+        end = idx if last is None else last
         batch = {
             "obs": self._stack(self.obs_ids[idx]),
             "action": self.action[idx],
             "reward": self.reward[idx],
-            "next_obs": self._stack(self.next_ids[idx]),
-            "terminated": self.terminated[idx],
+            "next_obs": self._stack(self.next_ids[end]),
+            "terminated": self.terminated[end],
         }
         if self.critic_obs_shape is not None:
-            batch.update({f: getattr(self, f)[idx] for f in CRITIC_FIELDS})
+            batch["critic_obs"] = self.critic_obs[idx]
+            batch["next_critic_obs"] = self.next_critic_obs[end]
         return batch
+
+    def _same_episode(self, slot: Tensor, later: Tensor) -> Tensor:
+        # an observation equal to its env's previous next_obs shares its frames (see add_batch)
+        return (self.next_ids[slot] == self.obs_ids[later]).all(dim=1)
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -100,6 +100,7 @@ def test_load_from_checkpoint_needs_no_env(tmp_path, cli_env):
         (["--model.num_critics", "1"], "model.num_critics must be at least 2"),
         (["--data.env_kwargs", "{bogus: 1}"], "data.env_kwargs"),
         (["--data.steps_per_batch", "0"], "data.steps_per_batch must be at least 1, got 0"),
+        (["--data.n_step", "0"], "data.n_step must be at least 1, got 0"),
     ],
 )
 def test_bad_input_gives_one_line_and_writes_nothing(args, message, tmp_path, monkeypatch, capsys):

@@ -94,6 +94,22 @@ def test_frame_replay_returns_exactly_what_was_added_across_resets_and_envs(driv
     assert buf.bytes_per_transition < 1.3 * frame + 100 < 2 * 4 * frame / 5  # stored whole: 2 x 4 frames
 
 
+def test_frame_replay_n_step_transitions_equal_those_of_whole_observations(drives):
+    a, b = drives
+    frames = FrameStackReplay(1000, a[0][0].shape, 3, frame_stack=4, num_streams=2, n_step=3)
+    whole = ReplayBuffer(1000, a[0][0].shape, 3, obs_dtype=np.uint8, n_step=3, num_streams=2)
+    for ta, tb in zip(a, b):
+        rows = [np.stack([x, y]) for x, y in zip(ta, tb)]
+        frames.add_batch(*rows)
+        whole.add_batch(*rows)
+    got, want = frames.gather_n_step(torch.arange(320)), whole.gather_n_step(torch.arange(320))
+    assert set(got) == set(want) == {"obs", "action", "reward", "next_obs", "terminated", "horizon"}
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
+    # every reset (env 1 every 37 steps, both envs every 50) cuts the transitions before it short
+    assert 0 < int((want["horizon"] < 3).sum()) < 320 and want["reward"].shape == (320, 3)
+
+
 def test_frame_replay_drops_the_oldest_and_samples_only_live_transitions(drives):
     a, _ = drives
     buf = FrameStackReplay(50, a[0][0].shape, 3, frame_stack=4)

@@ -71,9 +71,9 @@ def test_q_converges_to_infinite_horizon_value_through_truncation():
     assert abs(q.mean().item() - 5.0) < 0.35, q.mean().item()
 
 
-def _fit(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None):
+def _fit(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None, n_step: int = 1):
     L.seed_everything(123)
-    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=70)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=70, n_step=n_step)
     model = small(dm)
     loop = EnvLoop()
     callbacks: list[Callback] = [loop]
@@ -98,6 +98,16 @@ def test_resume_restores_buffer_counters_and_continues_exactly(tmp_path):
     for field in ("obs", "action", "reward", "next_obs", "terminated"):
         assert torch.equal(getattr(dm_a.buffer, field), getattr(dm_b.buffer, field)), field
     assert (dm_a.buffer.pos, dm_a.buffer.size) == (dm_b.buffer.pos, dm_b.buffer.size)
+
+
+def test_n_step_run_resumes_exactly_and_differs_from_one_step(tmp_path):
+    _, model_a, _, _ = _fit(tmp_path / "a", 120, n_step=3)
+    _fit(tmp_path / "b", 60, every=60, n_step=3)
+    _, model_b, _, _ = _fit(tmp_path / "b2", 120, ckpt_path=tmp_path / "b" / "s60.ckpt", n_step=3)
+    for name, tensor in model_a.state_dict().items():
+        assert torch.equal(tensor, model_b.state_dict()[name]), name
+    _, one_step, _, _ = _fit(tmp_path / "c", 120)
+    assert not torch.equal(next(one_step.critic.parameters()), next(model_a.critic.parameters()))
 
 
 def test_solved_threshold_stops_at_the_first_evaluation_reaching_it():
