@@ -32,6 +32,9 @@ class EnvLoop(L.Callback):
 
     Every new episode gets the next env seed ``base_seed + k`` (``k`` counts the episodes
     started), so a resumed run replays the same episodes; on DDP ranks draw distinct seeds.
+    Every training reset gets ``options={"env_steps": n}``, the transitions collected so far
+    (warm-up included), for env-side schedules such as CarRacingState's
+    ``missed_tile_penalty_ramp``; envs that do not read it ignore it.
     Only ``terminated`` ends bootstrapping: a time-limit ``truncated`` transition is stored as
     non-terminal with its real next observation. The vector envs never autoreset, so no
     transition crosses an episode boundary. With ``data.privileged_critic`` the privileged
@@ -146,14 +149,15 @@ class EnvLoop(L.Callback):
         assert env is not None and self._needs_reset is not None
         if self._obs is None:
             all_envs = np.ones(self.num_envs, dtype=bool)
-            self._obs, info = env.reset(seed=self._next_seeds(all_envs))
+            self._obs, info = env.reset(seed=self._next_seeds(all_envs), options={"env_steps": self.env_steps})
             self._critic_obs = None
             self._reset_stats(all_envs)
             self._check_finite(dm, trainer, "reset observation", self._obs)
             self._keep_critic_obs(dm, info, all_envs)
         elif self._needs_reset.any():
             mask = self._needs_reset.copy()
-            self._obs, info = env.reset(seed=self._next_seeds(mask), options={"reset_mask": mask})
+            self._obs, info = env.reset(seed=self._next_seeds(mask),
+                                        options={"reset_mask": mask, "env_steps": self.env_steps})
             self._reset_stats(mask)
             self._check_finite(dm, trainer, "reset observation", self._obs)
             self._keep_critic_obs(dm, info, mask)

@@ -236,7 +236,7 @@ class TD3(L.LightningModule):
         reward, discount = batch["reward"], hp.gamma
         if "horizon" in batch:  # n-step: rewards (B, n), zero past each transition's last step
             powers = torch.arange(reward.shape[1], device=reward.device, dtype=reward.dtype)
-            reward, discount = reward @ hp.gamma**powers, hp.gamma ** batch["horizon"]
+            reward, discount = (reward * hp.gamma**powers).sum(dim=1), hp.gamma ** batch["horizon"]
         return reward + discount * not_done * next_q
 
     def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -239,7 +239,8 @@ class ReplayBuffer(_Replay):
     def state_dict(self) -> dict[str, Any]:
         """The filled part of the storage plus the write position (CPU tensors)."""
         n = self.size
-        state: dict[str, Any] = {"capacity": self.capacity, "pos": self.pos, "size": n, **self._critic_state(n)}
+        state: dict[str, Any] = {"capacity": self.capacity, "pos": self.pos, "size": n, "num_streams": self.num_streams,
+                                 **self._critic_state(n)}
         for f in FIELDS:
             # clone: a slice would serialise the whole preallocated storage
             state[f] = getattr(self, f)[:n].to("cpu", copy=True)
@@ -256,6 +257,11 @@ class ReplayBuffer(_Replay):
                 f"replay buffer capacity mismatch: checkpoint has {state['capacity']}, this run has "
                 f"{self.capacity}; set data.buffer_size to {state['capacity']}"
             )
+        streams = int(state.get("num_streams", self.num_streams))
+        if self.n_step > 1 and streams != self.num_streams:
+            raise ValueError(f"the checkpoint's replay buffer holds the rows of {streams} env(s) side by side, this "
+                             f"run steps {self.num_streams}: n-step sums would follow the wrong rows; set "
+                             f"data.num_envs to {streams} (or data.n_step to 1)")
         n = int(state["size"])
         for f in FIELDS:
             src = state[f]

@@ -57,6 +57,16 @@ class CountingEnv(gym.Env):
         return np.array([self.t, self.seed], np.float32), 1.0, terminated, self.t >= self.horizon, {}
 
 
+class EnvStepsEnv(CountingEnv):
+    """Observation ``[t, n]``: the step within the episode and the reset option ``env_steps`` the
+    episode started with (-1 without it)."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.seed = float((options or {}).get("env_steps", -1))
+        return np.array([self.t, self.seed], np.float32), {}
+
+
 class DiscreteActionEnv(ConstantRewardEnv):
     def __init__(self):
         super().__init__()
@@ -130,6 +140,7 @@ def register() -> None:
     for name, cls in [
         ("ConstantReward-v0", ConstantRewardEnv),
         ("Counting-v0", CountingEnv),
+        ("EnvSteps-v0", EnvStepsEnv),
         ("DiscreteAction-v0", DiscreteActionEnv),
         ("UnboundedAction-v0", UnboundedActionEnv),
         ("ImageObs-v0", ImageObsEnv),

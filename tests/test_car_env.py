@@ -367,9 +367,29 @@ def test_missed_tile_penalty_is_subtracted_once_at_the_first_tile_left_unvisited
     assert first is not None and penalised == pytest.approx(25.0)
 
 
+@pytest.mark.parametrize("options, charged", [({"env_steps": 100}, 25.0), ({"env_steps": 900}, 100.0), (None, 100.0)])
+def test_missed_tile_penalty_ramp_charges_its_share_of_the_penalty_given_the_env_steps_at_reset(options, charged):
+    plain = CarRacingState(action_mode="steer_throttle", action_repeat=2)
+    aided = CarRacingState(action_mode="steer_throttle", action_repeat=2, missed_tile_penalty=100.0,
+                           missed_tile_penalty_ramp=400)
+    obs, _ = plain.reset(seed=0)  # the corner-cutting driver misses tiles here (see the test above)
+    aided.reset(seed=0, options=options)
+    penalised = 0.0
+    for _ in range(500):
+        a = _cutting_driver(obs)
+        obs, r0, t0, tr0, _ = plain.step(a)
+        _, r1, *_ = aided.step(a)
+        penalised += r0 - r1
+        if t0 or tr0:
+            break
+    assert penalised == pytest.approx(charged)
+
+
 def test_missed_tile_penalty_must_be_non_negative():
     with pytest.raises(ValueError, match="missed_tile_penalty must be a finite number >= 0"):
         CarRacingState(missed_tile_penalty=-1.0)
+    with pytest.raises(ValueError, match="missed_tile_penalty_ramp must be an integer >= 0"):
+        CarRacingState(missed_tile_penalty_ramp=-5)
 
 
 # --------------------------------------------------------------- stall aid

@@ -103,3 +103,13 @@ def test_n_step_q_converges_to_the_infinite_horizon_value_through_truncation():
     with torch.no_grad():
         q = model.critic(torch.rand(512, 2) * 2 - 1, torch.rand(512, 1) * 2 - 1)
     assert abs(q.mean().item() - 5.0) < 0.35, q.mean().item()
+
+
+def test_n_step_buffer_refuses_a_checkpoint_of_another_env_count():
+    two = ReplayBuffer(10, (1,), 1, n_step=1, num_streams=2)
+    two.add_batch([[0], [5]], [[0], [0]], [1.0, 2.0], [[1], [6]], [False, False])
+    with pytest.raises(ValueError, match="set data.num_envs to 2"):
+        ReplayBuffer(10, (1,), 1, n_step=3, num_streams=1).load_state_dict(two.state_dict())
+    one_step = ReplayBuffer(10, (1,), 1)
+    one_step.load_state_dict(two.state_dict())  # one-step sums follow no rows
+    assert one_step.reward[:2].tolist() == [1.0, 2.0]

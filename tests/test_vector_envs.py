@@ -55,6 +55,21 @@ def test_no_stored_transition_crosses_an_episode_boundary(vector_mode):
     assert loop.base_seed >= TRAIN_SEED_OFFSET
 
 
+@pytest.mark.parametrize("num_envs, vector_mode", [(1, "sync"), (3, "sync"), (3, "async")])
+def test_every_training_reset_gets_the_env_steps_collected_before_it(num_envs, vector_mode):
+    L.seed_everything(0)
+    dm = ReplayDataModule("td3test/EnvSteps-v0", warmup_steps=12, batch_size=8, num_envs=num_envs,
+                          vector_mode=vector_mode)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8])
+    quiet_trainer(max_steps=45, callbacks=[EnvLoop()]).fit(model, dm)
+    n = len(dm.buffer)
+    obs = dm.buffer.obs[:n]
+    first = torch.nonzero(obs[:, 0] == 0).flatten()  # the first step of every episode
+    assert len(first) >= n // 7
+    # slot i was written by vector step i // num_envs, after (i // num_envs) * num_envs transitions
+    assert obs[first, 1].tolist() == ((first // num_envs) * num_envs).float().tolist()
+
+
 def test_bad_vector_options_are_refused():
     from td3_lightning.errors import UserInputError
 

@@ -111,8 +111,9 @@ class SingleEnv:
 
     def reset(self, *, seed: list[int | None] | int | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        # options: only a reset mask, and for one env the loop resets only when it is set
-        obs, info = self.env.reset(seed=seed[0] if isinstance(seed, (list, tuple)) else seed)
+        # for one env the loop resets only when the reset mask is set; the other options go to the env
+        rest = {k: v for k, v in (options or {}).items() if k != "reset_mask"} or None
+        obs, info = self.env.reset(seed=seed[0] if isinstance(seed, (list, tuple)) else seed, options=rest)
         return np.array(obs, dtype=self._obs_dtype)[None], info
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:

@@ -14,7 +14,8 @@ reward of -100 and ``terminated`` when the car leaves the playfield,
 frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty``,
-``missed_tile_penalty``, ``max_stall_frames`` and ``recovery_starts``, all off by default.
+``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames`` and ``recovery_starts``, all off
+by default.
 
 Conventions
 -----------
@@ -214,6 +215,16 @@ class CarRacingState(CarRacing):
             at the corner.  Once per episode, as the loss it stands for: a
             penalty per tile would also charge a car that leaves the road for
             every tile it passes, and teach it to crawl.
+        missed_tile_penalty_ramp: TRAINING AID, only with ``missed_tile_penalty``.
+            0 (default): the whole penalty from the start.  A number of env
+            steps R: an episode reset with ``options={"env_steps": n}`` (the
+            transitions collected so far, warm-up included, which
+            td3_lightning's ``EnvLoop`` passes to every training reset) charges
+            ``missed_tile_penalty * min(1, n / R)``, so a policy first learns to
+            drive for the tiles and is charged for open laps once it drives; a
+            reset without the option charges the whole penalty.  Why: charged
+            from the start, the penalty makes speed look dangerous before the
+            policy can steer, and some runs settle on crawling.
         max_stall_frames: TRAINING AID, changes the episode.  None (default)
             = CarRacing's rules.  An int M: the episode also terminates
             (``info["stall_terminated"] = True``) after M consecutive physics
@@ -269,6 +280,7 @@ class CarRacingState(CarRacing):
         max_off_road_frames: int | None = None,
         off_road_penalty: float = 0.0,
         missed_tile_penalty: float = 0.0,
+        missed_tile_penalty_ramp: int = 0,
         max_stall_frames: int | None = None,
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
@@ -296,6 +308,9 @@ class CarRacingState(CarRacing):
             raise ValueError(f"max_episode_frames must be None or an integer >= 1, got {max_episode_frames!r}")
         if not (math.isfinite(missed_tile_penalty) and missed_tile_penalty >= 0):
             raise ValueError(f"missed_tile_penalty must be a finite number >= 0, got {missed_tile_penalty!r}")
+        if int(missed_tile_penalty_ramp) != missed_tile_penalty_ramp or missed_tile_penalty_ramp < 0:
+            raise ValueError("missed_tile_penalty_ramp must be an integer >= 0 (env steps; 0 = no ramp), "
+                             f"got {missed_tile_penalty_ramp!r}")
         if not (math.isfinite(recovery_starts) and 0.0 <= recovery_starts <= 1.0):
             raise ValueError(f"recovery_starts must be a fraction in [0, 1], got {recovery_starts!r}")
         if not (math.isfinite(recovery_start_offset) and recovery_start_offset >= 0):
@@ -317,6 +332,7 @@ class CarRacingState(CarRacing):
             max_off_road_frames=max_off_road_frames,
             off_road_penalty=off_road_penalty,
             missed_tile_penalty=missed_tile_penalty,
+            missed_tile_penalty_ramp=missed_tile_penalty_ramp,
             max_stall_frames=max_stall_frames,
             recovery_starts=recovery_starts,
             recovery_start_offset=recovery_start_offset,
@@ -331,6 +347,8 @@ class CarRacingState(CarRacing):
         self.max_off_road_frames = None if max_off_road_frames is None else int(max_off_road_frames)
         self.off_road_penalty = float(off_road_penalty)
         self.missed_tile_penalty = float(missed_tile_penalty)
+        self.missed_tile_penalty_ramp = int(missed_tile_penalty_ramp)
+        self._penalty = self.missed_tile_penalty  # this episode's (see missed_tile_penalty_ramp)
         self.max_stall_frames = None if max_stall_frames is None else int(max_stall_frames)
         self.recovery_starts = float(recovery_starts)
         self.recovery_start_offset = float(recovery_start_offset)
@@ -397,12 +415,20 @@ class CarRacingState(CarRacing):
         self.off_road_frames = 0
         self.stall_frames = 0
         self.tiles_missed = 0
+        self._penalty = self._episode_penalty(options)
         self._near = self._start_tile
         # the next tile to check; the tiles up to the start tile are visited (tile 0 is under the car)
         self._miss_frontier = (self._start_tile + 1) % len(self.track)
         if self.render_mode == "human":
             self.render()
         return self._observe(), self._info(False, False, False)
+
+    def _episode_penalty(self, options: dict | None) -> float:
+        """The missed-tile penalty of an episode reset with ``options`` (see ``missed_tile_penalty_ramp``)."""
+        steps = options.get("env_steps") if isinstance(options, dict) else None
+        if self.missed_tile_penalty_ramp == 0 or steps is None:
+            return self.missed_tile_penalty
+        return self.missed_tile_penalty * min(1.0, int(steps) / self.missed_tile_penalty_ramp)
 
     def _recovery_start_car(self) -> tuple[Car, int]:
         """A car at rest beside a random track point k, at a random angle, and k; tiles 0..k visited."""
@@ -505,7 +531,7 @@ class CarRacingState(CarRacing):
         obs = self._observe()
         first_miss = self.tiles_missed == 0
         if (self._newly_missed_tiles() or stalled) and first_miss:
-            total -= self.missed_tile_penalty
+            total -= self._penalty
         return obs, total, terminated, truncated, self._info(lap_finished, out_of_field, off_road_end, stalled)
 
     def _newly_missed_tiles(self) -> int:
