@@ -13,7 +13,7 @@ reward of -100 and ``terminated`` when the car leaves the playfield,
 ``terminated`` when the lap is complete, and ``truncated`` after 1000 physics
 frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
-are the training aids ``max_off_road_frames`` / ``off_road_penalty``,
+are the training aids ``max_off_road_frames`` / ``off_road_penalty`` / ``off_road_open_lap``,
 ``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames`` and ``recovery_starts``, all off
 by default.
 
@@ -237,6 +237,15 @@ class CarRacingState(CarRacing):
             A frame with all four wheels off the road restarts the count:
             there ``max_off_road_frames`` decides, so a limit on the grass
             longer than M leaves a car time to drive back to the road.
+        off_road_open_lap: TRAINING AID, only with ``max_off_road_frames``.
+            False (default): an off-road termination costs ``off_road_penalty``
+            only.  True: it ends the episode as an open lap, as
+            ``max_stall_frames`` does: the (ramped) ``missed_tile_penalty`` is
+            charged then if it was not yet.  Why: under the real rules a car
+            that overshoots a hairpin far onto the grass and stops there has
+            lost the lap, but in training its episode ended for free, while
+            driving back could cost the penalty at a skipped tile, and fast
+            policies learned to stop on the grass.
         recovery_starts: TRAINING AID, changes the episode.  0.0 (default)
             = CarRacing's start.  A fraction F: on that fraction of resets
             (drawn from the env RNG) the car starts at rest beside a track
@@ -282,6 +291,7 @@ class CarRacingState(CarRacing):
         missed_tile_penalty: float = 0.0,
         missed_tile_penalty_ramp: int = 0,
         max_stall_frames: int | None = None,
+        off_road_open_lap: bool = False,
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
         lap_complete_percent: float = 0.95,
@@ -302,6 +312,8 @@ class CarRacingState(CarRacing):
             raise ValueError(f"max_off_road_frames must be None or an integer >= 1, got {max_off_road_frames!r}")
         if max_stall_frames is not None and (int(max_stall_frames) != max_stall_frames or max_stall_frames < 1):
             raise ValueError(f"max_stall_frames must be None or an integer >= 1, got {max_stall_frames!r}")
+        if not isinstance(off_road_open_lap, bool):
+            raise ValueError(f"off_road_open_lap must be true or false, got {off_road_open_lap!r}")
         if max_episode_frames is not None and (
             int(max_episode_frames) != max_episode_frames or max_episode_frames < 1
         ):
@@ -334,6 +346,7 @@ class CarRacingState(CarRacing):
             missed_tile_penalty=missed_tile_penalty,
             missed_tile_penalty_ramp=missed_tile_penalty_ramp,
             max_stall_frames=max_stall_frames,
+            off_road_open_lap=off_road_open_lap,
             recovery_starts=recovery_starts,
             recovery_start_offset=recovery_start_offset,
             lap_complete_percent=lap_complete_percent,
@@ -350,6 +363,7 @@ class CarRacingState(CarRacing):
         self.missed_tile_penalty_ramp = int(missed_tile_penalty_ramp)
         self._penalty = self.missed_tile_penalty  # this episode's (see missed_tile_penalty_ramp)
         self.max_stall_frames = None if max_stall_frames is None else int(max_stall_frames)
+        self.off_road_open_lap = off_road_open_lap
         self.recovery_starts = float(recovery_starts)
         self.recovery_start_offset = float(recovery_start_offset)
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
@@ -530,7 +544,8 @@ class CarRacingState(CarRacing):
         truncated = self.max_episode_frames is not None and self.frames >= self.max_episode_frames
         obs = self._observe()
         first_miss = self.tiles_missed == 0
-        if (self._newly_missed_tiles() or stalled) and first_miss:
+        open_lap = stalled or (off_road_end and self.off_road_open_lap)
+        if (self._newly_missed_tiles() or open_lap) and first_miss:
             total -= self._penalty
         return obs, total, terminated, truncated, self._info(lap_finished, out_of_field, off_road_end, stalled)
 
