@@ -453,29 +453,26 @@ def test_max_stall_frames_leaves_a_car_off_the_road_to_max_off_road_frames():
 @pytest.mark.parametrize("k", [1, 3])
 def test_off_road_open_lap_charges_the_open_lap_once_at_the_off_road_end(k):
     # the straight drive off the road of test_max_off_road_frames_terminates_after_that_many_frames
-    def drive(**kwargs):
+    def drive(tiles_missed=0, **kwargs):
         env = CarRacingState(max_off_road_frames=25, missed_tile_penalty=40.0, action_repeat=k, **kwargs)
         env.reset(seed=0)
+        env.tiles_missed = tiles_missed
         rewards = []
         for _ in range(400):
             _, r, term, trunc, info = env.step(_a(0.0, 0.5, 0.0))
             rewards.append(r)
             if term or trunc:
-                return rewards, info, env
+                return rewards, info
 
-    free, info_free, _ = drive()
+    free, info_free = drive()
     assert info_free["off_road_terminated"] and info_free["tiles_missed"] == 0  # no tile charged on the way
-    charged, info, env = drive(off_road_open_lap=True)
+    charged, info = drive(off_road_open_lap=True)
     assert info["off_road_terminated"] and info["frames"] == info_free["frames"]
     assert charged[:-1] == free[:-1]
     assert charged[-1] == pytest.approx(free[-1] - 40.0)  # the open lap lands on the terminating step
-    env.reset(seed=0)
-    env.tiles_missed = 1  # an open lap already charged at a missed tile is not charged again
-    for _ in range(400):
-        _, r, term, _, info = env.step(_a(0.0, 0.5, 0.0))
-        if term:
-            break
-    assert info["off_road_terminated"] and r == pytest.approx(free[-1])
+    # an open lap already charged at a missed tile is not charged again
+    again, info = drive(tiles_missed=1, off_road_open_lap=True)
+    assert info["off_road_terminated"] and again[-1] == pytest.approx(free[-1])
 
 
 def test_off_road_open_lap_must_be_a_bool():
