@@ -14,8 +14,8 @@ reward of -100 and ``terminated`` when the car leaves the playfield,
 frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty`` / ``off_road_open_lap``,
-``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames`` and ``recovery_starts``, all off
-by default.
+``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames``, ``max_rest_frames`` and
+``recovery_starts``, all off by default.
 
 Conventions
 -----------
@@ -111,6 +111,9 @@ CAR_RACING_MAX_FRAMES = 1000
 
 #: tiles the car's centre-line projection must be past an unvisited tile before it counts as missed
 MISSED_TILE_MARGIN = 2
+
+#: hull speed (world units per second, about 1% of top speed) under which ``max_rest_frames`` counts a frame
+REST_SPEED = 1.0
 
 #: look-ahead distances along the centre line, in tiles (one tile = TRACK_DETAIL_STEP units)
 LOOKAHEAD_TILES = (1, 2, 3, 5, 7, 10, 14, 19, 25, 32, 40, 50)
@@ -237,6 +240,21 @@ class CarRacingState(CarRacing):
             A frame with all four wheels off the road restarts the count:
             there ``max_off_road_frames`` decides, so a limit on the grass
             longer than M leaves a car time to drive back to the road.
+        max_rest_frames: TRAINING AID, changes the episode.  None (default)
+            = CarRacing's rules.  An int M: the episode also terminates
+            (``info["rest_terminated"] = True``) after M consecutive physics
+            frames with the hull slower than ``REST_SPEED``, on the road or
+            off it, as a lap left open: the ``missed_tile_penalty`` is charged
+            then if it was not yet.  Why: a throttle at or below zero brakes,
+            and a standing car ignores the brake, so at rest every such action
+            gives the same next state and the critic's gradient says nothing
+            about the throttle; a policy that brakes to a standstill (a car
+            spun off onto the grass, most often) stays there, since
+            exploration noise around a full brake never reaches the gas.
+            Ending such episodes at once makes braking to a standstill cost
+            the lap in the states just before it, where the throttle still
+            matters.  A driving car never comes to rest; from the start a
+            car at full gas passes ``REST_SPEED`` in its first frame.
         off_road_open_lap: TRAINING AID, only with ``max_off_road_frames``.
             False (default): an off-road termination costs ``off_road_penalty``
             only.  True: it ends the episode as an open lap, as
@@ -291,6 +309,7 @@ class CarRacingState(CarRacing):
         missed_tile_penalty: float = 0.0,
         missed_tile_penalty_ramp: int = 0,
         max_stall_frames: int | None = None,
+        max_rest_frames: int | None = None,
         off_road_open_lap: bool = False,
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
@@ -312,6 +331,8 @@ class CarRacingState(CarRacing):
             raise ValueError(f"max_off_road_frames must be None or an integer >= 1, got {max_off_road_frames!r}")
         if max_stall_frames is not None and (int(max_stall_frames) != max_stall_frames or max_stall_frames < 1):
             raise ValueError(f"max_stall_frames must be None or an integer >= 1, got {max_stall_frames!r}")
+        if max_rest_frames is not None and (int(max_rest_frames) != max_rest_frames or max_rest_frames < 1):
+            raise ValueError(f"max_rest_frames must be None or an integer >= 1, got {max_rest_frames!r}")
         if not isinstance(off_road_open_lap, bool):
             raise ValueError(f"off_road_open_lap must be true or false, got {off_road_open_lap!r}")
         if max_episode_frames is not None and (
@@ -346,6 +367,7 @@ class CarRacingState(CarRacing):
             missed_tile_penalty=missed_tile_penalty,
             missed_tile_penalty_ramp=missed_tile_penalty_ramp,
             max_stall_frames=max_stall_frames,
+            max_rest_frames=max_rest_frames,
             off_road_open_lap=off_road_open_lap,
             recovery_starts=recovery_starts,
             recovery_start_offset=recovery_start_offset,
@@ -363,6 +385,7 @@ class CarRacingState(CarRacing):
         self.missed_tile_penalty_ramp = int(missed_tile_penalty_ramp)
         self._penalty = self.missed_tile_penalty  # this episode's (see missed_tile_penalty_ramp)
         self.max_stall_frames = None if max_stall_frames is None else int(max_stall_frames)
+        self.max_rest_frames = None if max_rest_frames is None else int(max_rest_frames)
         self.off_road_open_lap = off_road_open_lap
         self.recovery_starts = float(recovery_starts)
         self.recovery_start_offset = float(recovery_start_offset)
@@ -374,6 +397,7 @@ class CarRacingState(CarRacing):
         self.frames = 0
         self.off_road_frames = 0
         self.stall_frames = 0
+        self.rest_frames = 0
         self.tiles_missed = 0
         self._near = 0
         self._progress = 0.0
@@ -428,6 +452,7 @@ class CarRacingState(CarRacing):
         self.frames = 0
         self.off_road_frames = 0
         self.stall_frames = 0
+        self.rest_frames = 0
         self.tiles_missed = 0
         self._penalty = self._episode_penalty(options)
         self._near = self._start_tile
@@ -493,7 +518,7 @@ class CarRacingState(CarRacing):
         if self.max_episode_frames is not None:
             n_frames = max(1, min(n_frames, self.max_episode_frames - self.frames))
         total = 0.0
-        terminated = lap_finished = out_of_field = off_road_end = stalled = False
+        terminated = lap_finished = out_of_field = off_road_end = stalled = rested = False
         for _ in range(n_frames):
             visited_before = self.tile_visited_count
             car.steer(steer)
@@ -536,6 +561,11 @@ class CarRacingState(CarRacing):
                 self.stall_frames += 1
             if not terminated and self.max_stall_frames is not None and self.stall_frames >= self.max_stall_frames:
                 terminated = stalled = True
+            # training aid: consecutive frames at rest, anywhere
+            vx, vy = car.hull.linearVelocity
+            self.rest_frames = self.rest_frames + 1 if vx * vx + vy * vy < REST_SPEED * REST_SPEED else 0
+            if not terminated and self.max_rest_frames is not None and self.rest_frames >= self.max_rest_frames:
+                terminated = rested = True
             total += frame_reward
             if self.render_mode == "human":
                 self.render()
@@ -544,10 +574,11 @@ class CarRacingState(CarRacing):
         truncated = self.max_episode_frames is not None and self.frames >= self.max_episode_frames
         obs = self._observe()
         first_miss = self.tiles_missed == 0
-        open_lap = stalled or (off_road_end and self.off_road_open_lap)
+        open_lap = stalled or rested or (off_road_end and self.off_road_open_lap)
         if (self._newly_missed_tiles() or open_lap) and first_miss:
             total -= self._penalty
-        return obs, total, terminated, truncated, self._info(lap_finished, out_of_field, off_road_end, stalled)
+        info = self._info(lap_finished, out_of_field, off_road_end, stalled, rested)
+        return obs, total, terminated, truncated, info
 
     def _newly_missed_tiles(self) -> int:
         """Tiles the car has now passed by ``MISSED_TILE_MARGIN`` without visiting them.
@@ -570,7 +601,8 @@ class CarRacingState(CarRacing):
         return missed
 
     def _info(
-        self, lap_finished: bool, out_of_field: bool, off_road_end: bool, stalled: bool = False
+        self, lap_finished: bool, out_of_field: bool, off_road_end: bool, stalled: bool = False,
+        rested: bool = False,
     ) -> dict[str, Any]:
         return {
             "frames": self.frames,
@@ -582,6 +614,7 @@ class CarRacingState(CarRacing):
             "off_road_frames": self.off_road_frames,
             "off_road_terminated": off_road_end,
             "stall_terminated": stalled,
+            "rest_terminated": rested,
             "tiles_missed": self.tiles_missed,
             "start_tile": self._start_tile,
         }
