@@ -485,6 +485,58 @@ def test_max_stall_frames_must_be_a_positive_integer():
         CarRacingState(max_stall_frames=0)
 
 
+
+# --------------------------------------------------------------- rest aid
+@pytest.mark.parametrize("k", [1, 3])
+def test_max_rest_frames_ends_a_car_braked_to_a_standstill_as_an_open_lap(k):
+    # full gas for 42 frames (a whole number of steps for k = 1 and 3), then full brake: find, frame by
+    # frame without the option, the frame from which the hull stays slower than REST_SPEED
+    def action(frame):  # frame: the step's first physics frame, counted from 0
+        return _a(0.0, 1.0, 0.0) if frame < 42 else _a(0.0, 0.0, 1.0)
+
+    free = CarRacingState()
+    free.reset(seed=0)
+    resting = []
+    for frame in range(120):
+        free.step(action(frame))
+        vx, vy = free.car.hull.linearVelocity
+        resting.append(math.hypot(vx, vy) < car_module.REST_SPEED)
+    first_rest = resting.index(True)  # 0-based frame; the car stays at rest from there (checked below)
+    assert first_rest > 42 and all(resting[first_rest:])
+    limit = 25
+    env = CarRacingState(max_rest_frames=limit, missed_tile_penalty=40.0, action_repeat=k)
+    env.reset(seed=0)
+    for _ in range(120):
+        _, r, term, trunc, info = env.step(action(env.frames))
+        if term or trunc:
+            break
+    assert term and info["rest_terminated"] and not info["stall_terminated"] and not info["lap_finished"]
+    assert info["frames"] == first_rest + limit
+    frames_in_step = (info["frames"] - 1) % k + 1
+    assert r == pytest.approx(-0.1 * frames_in_step - 40.0)  # the open lap's penalty lands on that step
+
+
+def test_max_rest_frames_charges_no_second_penalty_and_spares_a_driving_car():
+    env = CarRacingState(max_rest_frames=25, missed_tile_penalty=40.0)
+    env.reset(seed=0)
+    env.tiles_missed = 1  # the open lap was already charged at a missed tile
+    for _ in range(100):  # braking from the start: at rest from the first frame
+        _, r, term, _, info = env.step(_a(0.0, 0.0, 1.0))
+        if term:
+            break
+    assert info["rest_terminated"] and info["frames"] == 25 and r == pytest.approx(-0.1)
+    driving = CarRacingState(max_rest_frames=1)  # even one frame at rest would end it
+    driving.reset(seed=0)
+    for _ in range(300):  # full gas from the start, off the road and on across the grass
+        _, _, term, _, info = driving.step(_a(0.0, 1.0, 0.0))
+        assert not term
+    assert info["frames"] == 300 and driving.rest_frames == 0
+
+
+def test_max_rest_frames_must_be_a_positive_integer():
+    with pytest.raises(ValueError, match="max_rest_frames must be None or an integer >= 1"):
+        CarRacingState(max_rest_frames=0)
+
 def test_recovery_starts_put_the_car_at_rest_beside_a_random_point_with_the_tiles_behind_it_visited():
     env = CarRacingState(recovery_starts=1.0, recovery_start_offset=30.0, action_mode="steer_throttle")
     distances, starts = [], []
