@@ -14,8 +14,8 @@ reward of -100 and ``terminated`` when the car leaves the playfield,
 frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty`` / ``off_road_open_lap``,
-``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames``, ``max_rest_frames`` and
-``recovery_starts``, all off by default.
+``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames``, ``max_rest_frames``,
+``charge_time_left`` and ``recovery_starts``, all off by default.
 
 Conventions
 -----------
@@ -255,6 +255,18 @@ class CarRacingState(CarRacing):
             the lap in the states just before it, where the throttle still
             matters.  A driving car never comes to rest; from the start a
             car at full gas passes ``REST_SPEED`` in its first frame.
+        charge_time_left: TRAINING AID, only with the aids that end an
+            episode (``max_off_road_frames``, ``max_stall_frames``,
+            ``max_rest_frames``).  False (default): such an end costs what
+            those options say.  True: it also costs 0.1 per physics frame left
+            to ``max_episode_frames``, what CarRacing charges a car that stands
+            still until the time limit.  Why: every end those aids add is an
+            exit the real rules do not have, and ending the episode stops the
+            -0.1 per frame; a policy that cannot yet collect tiles learns to
+            take that exit (brake, stall, end), its data is then all braking,
+            and some runs never learn to drive.  Charged the time left, an
+            early end is never cheaper than standing still under the real
+            rules.
         off_road_open_lap: TRAINING AID, only with ``max_off_road_frames``.
             False (default): an off-road termination costs ``off_road_penalty``
             only.  True: it ends the episode as an open lap, as
@@ -310,6 +322,7 @@ class CarRacingState(CarRacing):
         missed_tile_penalty_ramp: int = 0,
         max_stall_frames: int | None = None,
         max_rest_frames: int | None = None,
+        charge_time_left: bool = False,
         off_road_open_lap: bool = False,
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
@@ -335,6 +348,8 @@ class CarRacingState(CarRacing):
             raise ValueError(f"max_rest_frames must be None or an integer >= 1, got {max_rest_frames!r}")
         if not isinstance(off_road_open_lap, bool):
             raise ValueError(f"off_road_open_lap must be true or false, got {off_road_open_lap!r}")
+        if not isinstance(charge_time_left, bool):
+            raise ValueError(f"charge_time_left must be true or false, got {charge_time_left!r}")
         if max_episode_frames is not None and (
             int(max_episode_frames) != max_episode_frames or max_episode_frames < 1
         ):
@@ -368,6 +383,7 @@ class CarRacingState(CarRacing):
             missed_tile_penalty_ramp=missed_tile_penalty_ramp,
             max_stall_frames=max_stall_frames,
             max_rest_frames=max_rest_frames,
+            charge_time_left=charge_time_left,
             off_road_open_lap=off_road_open_lap,
             recovery_starts=recovery_starts,
             recovery_start_offset=recovery_start_offset,
@@ -387,6 +403,7 @@ class CarRacingState(CarRacing):
         self.max_stall_frames = None if max_stall_frames is None else int(max_stall_frames)
         self.max_rest_frames = None if max_rest_frames is None else int(max_rest_frames)
         self.off_road_open_lap = off_road_open_lap
+        self.charge_time_left = charge_time_left
         self.recovery_starts = float(recovery_starts)
         self.recovery_start_offset = float(recovery_start_offset)
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
@@ -577,6 +594,8 @@ class CarRacingState(CarRacing):
         open_lap = stalled or rested or (off_road_end and self.off_road_open_lap)
         if (self._newly_missed_tiles() or open_lap) and first_miss:
             total -= self._penalty
+        if self.charge_time_left and (off_road_end or stalled or rested) and self.max_episode_frames is not None:
+            total -= 0.1 * (self.max_episode_frames - self.frames)  # standing still to the time limit
         info = self._info(lap_finished, out_of_field, off_road_end, stalled, rested)
         return obs, total, terminated, truncated, info
 
