@@ -537,6 +537,46 @@ def test_max_rest_frames_must_be_a_positive_integer():
     with pytest.raises(ValueError, match="max_rest_frames must be None or an integer >= 1"):
         CarRacingState(max_rest_frames=0)
 
+
+# --------------------------------------------------------------- time-left charge
+@pytest.mark.parametrize(
+    "aid, action, ended_by",
+    [
+        ({"max_stall_frames": 30}, _a(0.0, 0.0, 0.0), "stall_terminated"),  # a car left standing on the road
+        ({"max_rest_frames": 25}, _a(0.0, 0.0, 1.0), "rest_terminated"),  # braking from the start
+        ({"max_off_road_frames": 25}, _a(0.0, 0.5, 0.0), "off_road_terminated"),  # straight off the road
+    ],
+)
+@pytest.mark.parametrize("k", [1, 3])
+def test_charge_time_left_charges_the_frames_left_at_an_aid_end_only(aid, action, ended_by, k):
+    def drive(**kwargs):
+        env = CarRacingState(missed_tile_penalty=40.0, action_repeat=k, **aid, **kwargs)
+        env.reset(seed=0)
+        rewards = []
+        for _ in range(400):
+            _, r, term, trunc, info = env.step(action)
+            rewards.append(r)
+            if term or trunc:
+                return rewards, info
+
+    free, info_free = drive()
+    charged, info = drive(charge_time_left=True)
+    assert info_free[ended_by] and info[ended_by] and info["frames"] == info_free["frames"] < 1000
+    assert charged[:-1] == free[:-1]
+    assert charged[-1] - free[-1] == pytest.approx(-0.1 * (1000 - info["frames"]))
+
+
+def test_charge_time_left_charges_nothing_at_the_time_limit_and_must_be_a_bool():
+    def drive(**kwargs):  # coasting on the road: no aid ends it before the time limit
+        env = CarRacingState(max_episode_frames=60, max_stall_frames=100, **kwargs)
+        env.reset(seed=0)
+        rewards = [env.step(_a(0.0, 0.0, 0.0))[1] for _ in range(60)]
+        return rewards, env.frames
+
+    assert drive(charge_time_left=True) == drive()
+    with pytest.raises(ValueError, match="charge_time_left must be true or false"):
+        CarRacingState(charge_time_left=1)
+
 def test_recovery_starts_put_the_car_at_rest_beside_a_random_point_with_the_tiles_behind_it_visited():
     env = CarRacingState(recovery_starts=1.0, recovery_start_offset=30.0, action_mode="steer_throttle")
     distances, starts = [], []
