@@ -305,6 +305,20 @@ class CarRacingState(CarRacing):
             releases the brake without saturating its tanh.  The reward and
             the rules do not change: any steer_throttle action is a CarRacing
             action, so scores stay standard CarRacing scores.
+        gas_at_rest: only with ``action_mode="steer_throttle"``, part of the
+            policy (set it in ``env_kwargs``, for training and evaluation
+            alike).  False (default): as above.  True: in a step that starts
+            with the hull slower than ``REST_SPEED`` the throttle axis maps
+            to gas only, ``gas = (throttle + 1) / 2`` (no brake).  Why: a
+            standing car ignores the brake, so on the plain axis every
+            throttle <= 0 leaves it standing; the critic's gradient there is
+            zero, and a policy that has braked to a standstill (in a tight
+            corner, or on the grass after a spin) stays there for the rest
+            of the episode.  With the option the whole axis moves a standing
+            car, more with a higher throttle, so the gradient at rest points
+            to the gas; only throttle -1 keeps the car standing.  A moving
+            car is driven exactly as without it, and the rules are
+            unchanged: every action is still a CarRacing action.
         verbose: CarRacing's verbose flag (prints track generation details).
     """
 
@@ -330,6 +344,7 @@ class CarRacingState(CarRacing):
         domain_randomize: bool = False,
         max_episode_frames: int | None = CAR_RACING_MAX_FRAMES,
         action_mode: str = "carracing",
+        gas_at_rest: bool = False,
         verbose: bool = False,
     ):
         if action_mode not in ACTION_MODES:
@@ -348,6 +363,11 @@ class CarRacingState(CarRacing):
             raise ValueError(f"max_rest_frames must be None or an integer >= 1, got {max_rest_frames!r}")
         if not isinstance(off_road_open_lap, bool):
             raise ValueError(f"off_road_open_lap must be true or false, got {off_road_open_lap!r}")
+        if not isinstance(gas_at_rest, bool):
+            raise ValueError(f"gas_at_rest must be true or false, got {gas_at_rest!r}")
+        if gas_at_rest and action_mode != "steer_throttle":
+            raise ValueError("gas_at_rest needs action_mode 'steer_throttle' (it maps the throttle axis), "
+                             f"got action_mode {action_mode!r}")
         if not isinstance(charge_time_left, bool):
             raise ValueError(f"charge_time_left must be true or false, got {charge_time_left!r}")
         if max_episode_frames is not None and (
@@ -391,6 +411,7 @@ class CarRacingState(CarRacing):
             domain_randomize=domain_randomize,
             max_episode_frames=max_episode_frames,
             action_mode=action_mode,
+            gas_at_rest=gas_at_rest,
             verbose=verbose,
         )
         self.track_seed = None if track_seed is None else int(track_seed)
@@ -409,6 +430,7 @@ class CarRacingState(CarRacing):
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
         self.observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
         self.action_mode = action_mode
+        self.gas_at_rest = gas_at_rest
         if action_mode == "steer_throttle":
             self.action_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
         self.frames = 0
@@ -527,6 +549,10 @@ class CarRacingState(CarRacing):
         if self.action_mode == "steer_throttle":
             throttle = float(act[1])
             steer, gas, brake = -float(act[0]), max(throttle, 0.0), max(-throttle, 0.0)
+            if self.gas_at_rest:
+                vx, vy = self.car.hull.linearVelocity
+                if vx * vx + vy * vy < REST_SPEED * REST_SPEED:  # a standing car: the whole axis is gas
+                    gas, brake = 0.5 * (throttle + 1.0), 0.0
         else:
             steer, gas, brake = -float(act[0]), float(act[1]), float(act[2])
         car = self.car
