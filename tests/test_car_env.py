@@ -577,6 +577,49 @@ def test_charge_time_left_charges_nothing_at_the_time_limit_and_must_be_a_bool()
     with pytest.raises(ValueError, match="charge_time_left must be true or false"):
         CarRacingState(charge_time_left=1)
 
+
+# --------------------------------------------------------------- gas at rest
+@pytest.mark.parametrize("throttle", [-1.0, -0.5, 0.0, 0.6])
+def test_gas_at_rest_gives_a_standing_car_gas_of_half_throttle_plus_one_half(throttle):
+    env = CarRacingState(action_mode="steer_throttle", gas_at_rest=True, action_repeat=2)
+    plain = CarRacingState(action_repeat=2)  # CarRacing's own [steer, gas, brake]
+    o0, _ = env.reset(seed=0)
+    plain.reset(seed=0)
+    assert o0[IDX["v_forward"]] == 0.0  # the car stands at the start
+    obs, r, *_ = env.step(np.array([0.2, throttle], dtype=np.float32))
+    expected, r_expected, *_ = plain.step(_a(0.2, (throttle + 1.0) / 2.0, 0.0))
+    np.testing.assert_array_equal(obs, expected)
+    assert r == r_expected
+
+
+def test_gas_at_rest_drives_a_moving_car_as_the_plain_axis_until_it_stands():
+    # full gas, then a light brake down to a standstill and on
+    actions = [np.array([0.0, 1.0], np.float32)] * 15 + [np.array([0.0, -0.3], np.float32)] * 60
+    def drive(gas_at_rest):
+        env = CarRacingState(action_mode="steer_throttle", gas_at_rest=gas_at_rest, action_repeat=2)
+        env.reset(seed=0)
+        speeds, observations = [], []
+        for a in actions:
+            vx, vy = env.car.hull.linearVelocity
+            speeds.append(math.hypot(vx, vy))  # at the start of the step
+            observations.append(env.step(a)[0])
+        return np.array(speeds), np.array(observations)
+
+    speeds, plain = drive(False)
+    _, mapped = drive(True)
+    first_rest = int(np.argmax(speeds[1:] < car_module.REST_SPEED)) + 1  # the first step that starts at rest
+    assert 15 < first_rest < len(actions) - 1 and speeds[1:first_rest].min() >= car_module.REST_SPEED
+    np.testing.assert_array_equal(mapped[:first_rest], plain[:first_rest])  # the same while it moves
+    assert plain[-1, IDX["v_forward"]] == 0.0  # the plain axis leaves it standing ...
+    assert mapped[first_rest, IDX["gas_level"]] > 0.0  # ... gas_at_rest gives gas 0.35 at rest
+
+
+def test_gas_at_rest_needs_steer_throttle_and_a_bool():
+    with pytest.raises(ValueError, match="gas_at_rest needs action_mode 'steer_throttle'"):
+        CarRacingState(gas_at_rest=True)
+    with pytest.raises(ValueError, match="gas_at_rest must be true or false"):
+        CarRacingState(action_mode="steer_throttle", gas_at_rest="yes")
+
 def test_recovery_starts_put_the_car_at_rest_beside_a_random_point_with_the_tiles_behind_it_visited():
     env = CarRacingState(recovery_starts=1.0, recovery_start_offset=30.0, action_mode="steer_throttle")
     distances, starts = [], []
