@@ -393,6 +393,21 @@ def test_missed_tile_penalty_must_be_non_negative():
 
 
 # --------------------------------------------------------------- stall aid
+def drive_to_end(env, action, steps):
+    """Step with ``action(frames so far)`` until the episode ends: the last reward, terminated and info."""
+    for _ in range(steps):
+        _, r, term, trunc, info = env.step(action(env.frames))
+        if term or trunc:
+            break
+    return r, term, info
+
+
+def charged_on_the_last_step(r, info, k, penalty=40.0):
+    """Whether ``r`` is the time cost of the ending step's frames (action repeat ``k``) plus ``penalty``."""
+    frames_in_step = (info["frames"] - 1) % k + 1
+    return r == pytest.approx(-0.1 * frames_in_step - penalty)
+
+
 @pytest.mark.parametrize("k", [1, 3])
 def test_max_stall_frames_ends_a_standing_car_as_an_open_lap(k):
     free = CarRacingState()  # the same standing car without the option: the last frame with a new tile
@@ -406,24 +421,17 @@ def test_max_stall_frames_ends_a_standing_car_as_an_open_lap(k):
     limit = 30
     env = CarRacingState(max_stall_frames=limit, missed_tile_penalty=40.0, action_repeat=k)
     env.reset(seed=0)
-    for _ in range(100):
-        _, r, term, trunc, info = env.step(_a(0.0, 0.0, 0.0))
-        if term or trunc:
-            break
+    r, term, info = drive_to_end(env, lambda frames: _a(0.0, 0.0, 0.0), 100)
     assert term and info["stall_terminated"] and not info["lap_finished"] and not info["off_road_terminated"]
     assert info["frames"] == last_new + limit
-    frames_in_step = (info["frames"] - 1) % k + 1
-    assert r == pytest.approx(-0.1 * frames_in_step - 40.0)  # the open lap's penalty lands on that step
+    assert charged_on_the_last_step(r, info, k)  # the open lap's penalty lands on that step
 
 
 def test_max_stall_frames_charges_no_second_penalty_and_spares_a_driving_car():
     env = CarRacingState(max_stall_frames=30, missed_tile_penalty=40.0)
     env.reset(seed=0)
     env.tiles_missed = 1  # the open lap was already charged at a missed tile
-    for _ in range(100):
-        _, r, term, _, info = env.step(_a(0.0, 0.0, 0.0))
-        if term:
-            break
+    r, _, info = drive_to_end(env, lambda frames: _a(0.0, 0.0, 0.0), 100)
     assert info["stall_terminated"] and r == pytest.approx(-0.1)
     driving = CarRacingState(max_stall_frames=30)
     driving.reset(seed=0)
@@ -506,24 +514,17 @@ def test_max_rest_frames_ends_a_car_braked_to_a_standstill_as_an_open_lap(k):
     limit = 25
     env = CarRacingState(max_rest_frames=limit, missed_tile_penalty=40.0, action_repeat=k)
     env.reset(seed=0)
-    for _ in range(120):
-        _, r, term, trunc, info = env.step(action(env.frames))
-        if term or trunc:
-            break
+    r, term, info = drive_to_end(env, action, 120)
     assert term and info["rest_terminated"] and not info["stall_terminated"] and not info["lap_finished"]
     assert info["frames"] == first_rest + limit
-    frames_in_step = (info["frames"] - 1) % k + 1
-    assert r == pytest.approx(-0.1 * frames_in_step - 40.0)  # the open lap's penalty lands on that step
+    assert charged_on_the_last_step(r, info, k)  # the open lap's penalty lands on that step
 
 
 def test_max_rest_frames_charges_no_second_penalty_and_spares_a_driving_car():
     env = CarRacingState(max_rest_frames=25, missed_tile_penalty=40.0)
     env.reset(seed=0)
     env.tiles_missed = 1  # the open lap was already charged at a missed tile
-    for _ in range(100):  # braking from the start: at rest from the first frame
-        _, r, term, _, info = env.step(_a(0.0, 0.0, 1.0))
-        if term:
-            break
+    r, _, info = drive_to_end(env, lambda frames: _a(0.0, 0.0, 1.0), 100)  # braking: at rest from the start
     assert info["rest_terminated"] and info["frames"] == 25 and r == pytest.approx(-0.1)
     driving = CarRacingState(max_rest_frames=1)  # even one frame at rest would end it
     driving.reset(seed=0)

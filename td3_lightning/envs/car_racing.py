@@ -112,7 +112,8 @@ CAR_RACING_MAX_FRAMES = 1000
 #: tiles the car's centre-line projection must be past an unvisited tile before it counts as missed
 MISSED_TILE_MARGIN = 2
 
-#: hull speed (world units per second, about 1% of top speed) under which ``max_rest_frames`` counts a frame
+#: hull speed (world units per second, about 1% of top speed) under which the car counts as at rest
+#: (``max_rest_frames``, ``gas_at_rest``)
 REST_SPEED = 1.0
 
 #: look-ahead distances along the centre line, in tiles (one tile = TRACK_DETAIL_STEP units)
@@ -315,10 +316,10 @@ class CarRacingState(CarRacing):
             zero, and a policy that has braked to a standstill (in a tight
             corner, or on the grass after a spin) stays there for the rest
             of the episode.  With the option the whole axis moves a standing
-            car, more with a higher throttle, so the gradient at rest points
-            to the gas; only throttle -1 keeps the car standing.  A moving
-            car is driven exactly as without it, and the rules are
-            unchanged: every action is still a CarRacing action.
+            car, more with a higher throttle, so the critic's gradient at rest
+            is no longer zero by construction; only throttle -1 keeps the car
+            standing.  A moving car is driven exactly as without it, and the
+            rules are unchanged: every action is still a CarRacing action.
         verbose: CarRacing's verbose flag (prints track generation details).
     """
 
