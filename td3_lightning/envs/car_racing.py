@@ -550,10 +550,8 @@ class CarRacingState(CarRacing):
         if self.action_mode == "steer_throttle":
             throttle = float(act[1])
             steer, gas, brake = -float(act[0]), max(throttle, 0.0), max(-throttle, 0.0)
-            if self.gas_at_rest:
-                vx, vy = self.car.hull.linearVelocity
-                if vx * vx + vy * vy < REST_SPEED * REST_SPEED:  # a standing car: the whole axis is gas
-                    gas, brake = 0.5 * (throttle + 1.0), 0.0
+            if self.gas_at_rest and self._at_rest():  # a standing car: the whole axis is gas
+                gas, brake = 0.5 * (throttle + 1.0), 0.0
         else:
             steer, gas, brake = -float(act[0]), float(act[1]), float(act[2])
         car = self.car
@@ -605,11 +603,10 @@ class CarRacingState(CarRacing):
                 self.stall_frames += 1
             if not terminated and self.max_stall_frames is not None and self.stall_frames >= self.max_stall_frames:
                 terminated = stalled = True
-            # training aid: consecutive frames at rest, anywhere
-            vx, vy = car.hull.linearVelocity
-            self.rest_frames = self.rest_frames + 1 if vx * vx + vy * vy < REST_SPEED * REST_SPEED else 0
-            if not terminated and self.max_rest_frames is not None and self.rest_frames >= self.max_rest_frames:
-                terminated = rested = True
+            if self.max_rest_frames is not None:  # training aid: consecutive frames at rest, anywhere
+                self.rest_frames = self.rest_frames + 1 if self._at_rest() else 0
+                if not terminated and self.rest_frames >= self.max_rest_frames:
+                    terminated = rested = True
             total += frame_reward
             if self.render_mode == "human":
                 self.render()
@@ -625,6 +622,11 @@ class CarRacingState(CarRacing):
             total -= 0.1 * (self.max_episode_frames - self.frames)  # standing still to the time limit
         info = self._info(lap_finished, out_of_field, off_road_end, stalled, rested)
         return obs, total, terminated, truncated, info
+
+    def _at_rest(self) -> bool:
+        """Whether the hull is slower than ``REST_SPEED``."""
+        vx, vy = self.car.hull.linearVelocity
+        return vx * vx + vy * vy < REST_SPEED * REST_SPEED
 
     def _newly_missed_tiles(self) -> int:
         """Tiles the car has now passed by ``MISSED_TILE_MARGIN`` without visiting them.
