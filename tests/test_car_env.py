@@ -601,25 +601,6 @@ def test_charge_time_left_at_rest_charges_an_off_road_end_only_when_the_car_stan
     assert at_rest[-1] - free[-1] == pytest.approx(-0.1 * (1000 - 140) if charged else 0.0)
 
 
-@pytest.mark.parametrize(
-    "options, share", [({"env_steps": 0}, 1.0), ({"env_steps": 300}, 0.25), ({"env_steps": 500}, 0.0), (None, 1.0)]
-)
-def test_charge_time_left_fade_charges_its_share_of_the_time_left_given_the_env_steps_at_reset(options, share):
-    def drive(**kwargs):  # a car left standing on the road, ended by the stall aid
-        env = CarRacingState(max_stall_frames=30, **kwargs)
-        env.reset(seed=0, options=options)
-        while True:
-            _, r, term, _, info = env.step(_a(0.0, 0.0, 0.0))
-            if term:
-                return r, info["frames"]
-
-    free, frames = drive()
-    faded, _ = drive(charge_time_left=True, charge_time_left_fade=400)
-    assert frames == 30 and faded - free == pytest.approx(-share * 0.1 * (1000 - 30))
-    with pytest.raises(ValueError, match="charge_time_left_fade must be an integer >= 0"):
-        CarRacingState(charge_time_left=True, charge_time_left_fade=-1)
-
-
 # --------------------------------------------------------------- gas at rest
 @pytest.mark.parametrize("throttle", [-1.0, -0.5, 0.0, 0.6])
 def test_gas_at_rest_gives_a_standing_car_gas_of_half_throttle_plus_one_half(throttle):

@@ -15,7 +15,7 @@ frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty`` / ``off_road_open_lap``,
 ``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames``, ``max_rest_frames``,
-``charge_time_left`` / ``charge_time_left_fade`` and ``recovery_starts``, all off by default.
+``charge_time_left`` and ``recovery_starts``, all off by default.
 
 Conventions
 -----------
@@ -272,14 +272,6 @@ class CarRacingState(CarRacing):
             the grass driving back, or crawling) ends for what the other
             options say, so a driving policy that overshoots a corner is not
             charged for a standstill it was not in.
-        charge_time_left_fade: only with ``charge_time_left``.  0 (default):
-            the whole charge all run long.  A number of env steps F: an
-            episode reset with ``options={"env_steps": n}`` (as for
-            ``missed_tile_penalty_ramp``) charges ``max(0, 1 - n / F)`` of it,
-            so the charge guards the first steps, when a policy that cannot
-            yet drive finds the free exit, and is gone once it drives: charged
-            all run long, an off-road end costs up to 100 points more than
-            driving back does, and laps come out slower.
         off_road_open_lap: TRAINING AID, only with ``max_off_road_frames``.
             False (default): an off-road termination costs ``off_road_penalty``
             only.  True: it ends the episode as an open lap, as
@@ -350,7 +342,6 @@ class CarRacingState(CarRacing):
         max_stall_frames: int | None = None,
         max_rest_frames: int | None = None,
         charge_time_left: bool | str = False,
-        charge_time_left_fade: int = 0,
         off_road_open_lap: bool = False,
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
@@ -384,9 +375,6 @@ class CarRacingState(CarRacing):
                              f"got action_mode {action_mode!r}")
         if not (isinstance(charge_time_left, bool) or charge_time_left == "at_rest"):
             raise ValueError(f"charge_time_left must be true, false or 'at_rest', got {charge_time_left!r}")
-        if int(charge_time_left_fade) != charge_time_left_fade or charge_time_left_fade < 0:
-            raise ValueError("charge_time_left_fade must be an integer >= 0 (env steps; 0 = no fade), "
-                             f"got {charge_time_left_fade!r}")
         if max_episode_frames is not None and (
             int(max_episode_frames) != max_episode_frames or max_episode_frames < 1
         ):
@@ -421,7 +409,6 @@ class CarRacingState(CarRacing):
             max_stall_frames=max_stall_frames,
             max_rest_frames=max_rest_frames,
             charge_time_left=charge_time_left,
-            charge_time_left_fade=charge_time_left_fade,
             off_road_open_lap=off_road_open_lap,
             recovery_starts=recovery_starts,
             recovery_start_offset=recovery_start_offset,
@@ -443,8 +430,6 @@ class CarRacingState(CarRacing):
         self.max_rest_frames = None if max_rest_frames is None else int(max_rest_frames)
         self.off_road_open_lap = off_road_open_lap
         self.charge_time_left = charge_time_left
-        self.charge_time_left_fade = int(charge_time_left_fade)
-        self._time_charge = 1.0 if charge_time_left else 0.0  # this episode's share (charge_time_left_fade)
         self.recovery_starts = float(recovery_starts)
         self.recovery_start_offset = float(recovery_start_offset)
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
@@ -514,7 +499,6 @@ class CarRacingState(CarRacing):
         self.rest_frames = 0
         self.tiles_missed = 0
         self._penalty = self._episode_penalty(options)
-        self._time_charge = self._episode_time_charge(options)
         self._near = self._start_tile
         # the next tile to check; the tiles up to the start tile are visited (tile 0 is under the car)
         self._miss_frontier = (self._start_tile + 1) % len(self.track)
@@ -528,15 +512,6 @@ class CarRacingState(CarRacing):
         if self.missed_tile_penalty_ramp == 0 or steps is None:
             return self.missed_tile_penalty
         return self.missed_tile_penalty * min(1.0, int(steps) / self.missed_tile_penalty_ramp)
-
-    def _episode_time_charge(self, options: dict | None) -> float:
-        """The share of the time-left charge of an episode reset with ``options`` (``charge_time_left_fade``)."""
-        if not self.charge_time_left:
-            return 0.0
-        steps = options.get("env_steps") if isinstance(options, dict) else None
-        if self.charge_time_left_fade == 0 or steps is None:
-            return 1.0
-        return max(0.0, 1.0 - int(steps) / self.charge_time_left_fade)
 
     def _recovery_start_car(self) -> tuple[Car, int]:
         """A car at rest beside a random track point k, at a random angle, and k; tiles 0..k visited."""
@@ -648,12 +623,12 @@ class CarRacingState(CarRacing):
         if (self._newly_missed_tiles() or open_lap) and first_miss:
             total -= self._penalty
         if (
-            self._time_charge
+            self.charge_time_left
             and (off_road_end or stalled or rested)
             and self.max_episode_frames is not None
             and (self.charge_time_left is True or self._at_rest())
         ):
-            total -= self._time_charge * 0.1 * (self.max_episode_frames - self.frames)  # standing to the limit
+            total -= 0.1 * (self.max_episode_frames - self.frames)  # standing still to the time limit
         info = self._info(lap_finished, out_of_field, off_road_end, stalled, rested)
         return obs, total, terminated, truncated, info
 
