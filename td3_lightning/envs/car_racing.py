@@ -267,11 +267,7 @@ class CarRacingState(CarRacing):
             take that exit (brake, stall, end), its data is then all braking,
             and some runs never learn to drive.  Charged the time left, an
             early end is never cheaper than standing still under the real
-            rules.  ``"at_rest"``: only an end with the hull slower than
-            ``REST_SPEED``, the car that has given up: a car still moving (on
-            the grass driving back, or crawling) ends for what the other
-            options say, so a driving policy that overshoots a corner is not
-            charged for a standstill it was not in.
+            rules.
         off_road_open_lap: TRAINING AID, only with ``max_off_road_frames``.
             False (default): an off-road termination costs ``off_road_penalty``
             only.  True: it ends the episode as an open lap, as
@@ -341,7 +337,7 @@ class CarRacingState(CarRacing):
         missed_tile_penalty_ramp: int = 0,
         max_stall_frames: int | None = None,
         max_rest_frames: int | None = None,
-        charge_time_left: bool | str = False,
+        charge_time_left: bool = False,
         off_road_open_lap: bool = False,
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
@@ -373,8 +369,8 @@ class CarRacingState(CarRacing):
         if gas_at_rest and action_mode != "steer_throttle":
             raise ValueError("gas_at_rest needs action_mode 'steer_throttle' (it maps the throttle axis), "
                              f"got action_mode {action_mode!r}")
-        if not (isinstance(charge_time_left, bool) or charge_time_left == "at_rest"):
-            raise ValueError(f"charge_time_left must be true, false or 'at_rest', got {charge_time_left!r}")
+        if not isinstance(charge_time_left, bool):
+            raise ValueError(f"charge_time_left must be true or false, got {charge_time_left!r}")
         if max_episode_frames is not None and (
             int(max_episode_frames) != max_episode_frames or max_episode_frames < 1
         ):
@@ -622,12 +618,7 @@ class CarRacingState(CarRacing):
         open_lap = stalled or rested or (off_road_end and self.off_road_open_lap)
         if (self._newly_missed_tiles() or open_lap) and first_miss:
             total -= self._penalty
-        if (
-            self.charge_time_left
-            and (off_road_end or stalled or rested)
-            and self.max_episode_frames is not None
-            and (self.charge_time_left is True or self._at_rest())
-        ):
+        if self.charge_time_left and (off_road_end or stalled or rested) and self.max_episode_frames is not None:
             total -= 0.1 * (self.max_episode_frames - self.frames)  # standing still to the time limit
         info = self._info(lap_finished, out_of_field, off_road_end, stalled, rested)
         return obs, total, terminated, truncated, info
