@@ -43,22 +43,40 @@ def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hook
         "--trainer.max_steps", str(steps), "--data.warmup_steps", str(WARMUP), "--trainer.limit_val_batches", "0",
         "--trainer.logger", "false", "--checkpoint.save_top_k", "0", "--checkpoint.save_last", "false",
         "--trainer.callbacks", "null", "--learning_curve.filename", "",
-        "--trainer.accelerator", device, "--progress_bar.log_seconds", "1e9", *extra,
+        "--trainer.accelerator", device, "--progress_bar.log_seconds", "1", *extra,
     ]
     launcher = (
         "import sys; from td3_lightning.module import TD3; from td3_lightning.cli import main; "
         f"TD3.direct_update = {False if hooked else None}; sys.argv = ['td3_lightning', *sys.argv[1:]]; main()"
     )
     env = os.environ.copy()
+    env["PYTHONUNBUFFERED"] = "1"  # progress lines arrive as they are printed, to be timed here
     if checkout is not None:
         env["PYTHONPATH"] = os.path.abspath(checkout) + os.pathsep + env.get("PYTHONPATH", "")
+    marks: list[tuple[float, int]] = []  # (arrival time, training step) of each progress line
+    lines: list[str] = []
     with tempfile.TemporaryDirectory() as cwd:  # the CLI saves its config.yaml in the cwd without a logger
-        out = subprocess.run([sys.executable, "-c", launcher, *args], capture_output=True, text=True, check=False,
-                             cwd=cwd, env=env)
-    rates = re.findall(r"\| (\d+(?:\.\d+)?) steps/s \|", out.stdout)
-    if out.returncode != 0 or not rates:
-        raise RuntimeError(f"td3_lightning run failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
-    return {"steps_per_sec": float(rates[-1])}
+        proc = subprocess.Popen([sys.executable, "-c", launcher, *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
+        assert proc.stdout is not None and proc.stderr is not None
+        for line in proc.stdout:
+            lines.append(line)
+            step = re.search(r"step (\d+)/\d+ \| (\d+(?:\.\d+)?) steps/s", line)
+            if step:
+                marks.append((time.perf_counter(), int(step.group(1))))
+        err = proc.stderr.read()
+        proc.wait()
+    out = "".join(lines)
+    rates = re.findall(r"\| (\d+(?:\.\d+)?) steps/s \|", out)
+    if proc.returncode != 0 or not rates:
+        raise RuntimeError(f"td3_lightning run failed:\n{out[-2000:]}\n{err[-3000:]}")
+    # steady state: the steps of the run's second half over their time, so a compile in the first
+    # steps is not counted; "with compile" is the rate over all timed steps, as the progress line gives it
+    half = next(((t, n) for t, n in marks if n >= steps // 2), None)
+    steady = float(rates[-1])
+    if half is not None and marks[-1][1] > half[1] and marks[-1][0] > half[0]:
+        steady = (marks[-1][1] - half[1]) / (marks[-1][0] - half[0])
+    return {"steps_per_sec": steady, "with compile": float(rates[-1])}
 
 
 def run_sb3(steps: int, device: str) -> dict[str, float]:
@@ -168,7 +186,8 @@ ABLATIONS = {
 # ----------------------------------------------------------------------------- driver
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=3000, help="timed training steps per run (after the warm-up)")
+    parser.add_argument("--steps", type=int, default=3000, help="timed training steps per run (after the warm-up); td3_lightning's rate is that of the "
+                        "second half, so a compile in the first steps is not counted")
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds of the three runs")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--skip", nargs="*", default=[], choices=list(RUNNERS), help="runs to leave out")
@@ -199,7 +218,8 @@ def main() -> None:
                 sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
             res = json.loads(out.stdout.strip().splitlines()[-1])
             results[name].append(res)
-            print(f"round {r + 1}: {name:34s} {res['steps_per_sec']:8.1f} steps/s", file=sys.stderr)
+            extra = f" ({res['with compile']:.1f} with the compile)" if "with compile" in res else ""
+            print(f"round {r + 1}: {name:34s} {res['steps_per_sec']:8.1f} steps/s{extra}", file=sys.stderr)
 
     med = {n: statistics.median(x["steps_per_sec"] for x in v) for n, v in results.items()}
     print(f"\n{ENV_ID} (continuous), 256-256, batch 256, 1 update per env step, {args.steps} timed steps, "

@@ -79,6 +79,13 @@ class TD3(L.LightningModule):
             tanh still passes the critic's gradient, and is too small to matter once the critic's
             gradient is of order 1 (a weight of 1e-3 still allows outputs of 3, 99.5% of the
             bound). 0 = off.
+        reset_steps: training steps after which the networks start over: the actor, the critics,
+            their targets (and encoders) are drawn afresh as at the start and both Adam states
+            restart from zero; the replay buffer, the schedules and the step counts carry on
+            (Nikishin et al., 2022, "The Primacy Bias in Deep Reinforcement Learning"). Why: what
+            the networks learned from the first, poor data can hold a run in a bad habit (the car
+            braking to a standstill on the grass) that more data no longer undoes; fresh networks
+            trained on the whole buffer learn from it without that history. ``[]`` = never.
         encoder: ``auto`` (a CNN for image observations ``(C, H, W)``, none for vectors),
             ``cnn`` or ``none``.
         encoder_features: length of the CNN encoder's feature vector.
@@ -136,6 +143,7 @@ class TD3(L.LightningModule):
         lr_final_factor: float = 1.0,
         schedule_steps: int | None = None,
         preactivation_penalty: float = 0.0,
+        reset_steps: list[int] = [],  # noqa: B006 - list default shows in --help
         encoder: str = "auto",
         encoder_features: int = 50,
         shared_encoder: bool = True,
@@ -155,7 +163,7 @@ class TD3(L.LightningModule):
             schedule_steps=schedule_steps, encoder=encoder, encoder_features=encoder_features,
             compile_mode=compile_mode, critic_obs_shape=critic_obs_shape, random_shift=random_shift,
             state_prediction=state_prediction, teacher=teacher, teacher_weight=teacher_weight,
-            preactivation_penalty=preactivation_penalty,
+            preactivation_penalty=preactivation_penalty, reset_steps=reset_steps,
         )
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -198,6 +206,7 @@ class TD3(L.LightningModule):
         self._check_each_loss = True  # the guard checks every loss before its backward (else it records them)
         self._compiled: Any | None = None  # the compiled td3_update (compile_mode)
         self._optimizers: list[Any] = []  # the LightningOptimizers of the training step being taken
+        self._reset_steps = frozenset(reset_steps)
         self._step_taken = 0  # its number (global_step + 1)
 
         self.val_return = MeanMetric()
@@ -317,6 +326,8 @@ class TD3(L.LightningModule):
         update = self._compiled or self.td3_update
         for one in (batch,) if isinstance(batch, dict) else batch:
             step = self._step_taken = self.global_step + 1  # the training step being taken
+            if self.global_step in self._reset_steps:
+                self.reset_networks()
             if self.hparams.get("random_shift", 0):
                 one = self.augment(one)
             self._set_learning_rates(step - 1)
@@ -331,6 +342,33 @@ class TD3(L.LightningModule):
             self.num_critic_updates += 1
             self.num_actor_updates += int(update_actor)
             self.track_statistics(critic_loss, q, actor_loss)
+
+    def reset_networks(self) -> None:
+        """Start the networks over (``reset_steps``): fresh weights for the actor, the critics
+        and their targets, as a new module would draw them, and zeroed Adam states.
+
+        The weights are copied into the existing tensors, so optimizers and compiled steps keep
+        working on them. The seed of the fresh draw comes from the module's own random stream
+        (saved in checkpoints), so a resumed run resets to the same weights."""
+        gen = self._noise_generator(self.device)
+        seed = int(torch.randint(2**62, (1,), generator=gen, device=gen.device).item())
+        seed = self.trainer.strategy.broadcast(seed, src=0)  # under DDP every rank takes rank 0's draw
+        hparams = {k: v for k, v in self.hparams.items() if not k.startswith("_")}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            fresh = type(self)(**{**hparams, "teacher": None, "flush_denormal": False})
+        mine, new = self.state_dict(), fresh.state_dict()
+        with torch.no_grad():
+            for name, tensor in mine.items():
+                if name in new and tensor.is_floating_point():
+                    tensor.copy_(new[name])
+        for optimizer in self.optimizers():
+            for state in optimizer.optimizer.state.values():
+                for value in state.values():
+                    if torch.is_tensor(value):
+                        value.zero_()
+        self.print(f"step {self.global_step}: networks drawn afresh and Adam states zeroed (model.reset_steps); "
+                   "the replay buffer is kept")
 
     def augment(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """``batch`` with its image observations randomly shifted (``random_shift``)."""
@@ -656,6 +694,8 @@ def _check_hparams(**hp: Any) -> None:
         (hp["teacher_weight"] >= 0, f"model.teacher_weight must be >= 0, got {hp['teacher_weight']}"),
         (hp["preactivation_penalty"] >= 0,
          f"model.preactivation_penalty must be >= 0 (0 = off), got {hp['preactivation_penalty']}"),
+        (all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in hp["reset_steps"]),
+         f"model.reset_steps must be training steps >= 1, e.g. [60000], got {hp['reset_steps']}"),
         (hp["random_shift"] >= 0, f"model.random_shift must be >= 0 pixels (0 = off), got {hp['random_shift']}"),
         (len(low) == len(high) and len(low) > 0, "action_low and action_high must have the same, non-zero length"),
         (all(lo < hi for lo, hi in zip(low, high)), f"every action_low must be < action_high, got {low} and {high}"),

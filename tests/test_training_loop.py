@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import lightning as L
+import pytest
 import torch
 from conftest import quiet_trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
@@ -71,10 +72,10 @@ def test_q_converges_to_infinite_horizon_value_through_truncation():
     assert abs(q.mean().item() - 5.0) < 0.35, q.mean().item()
 
 
-def _fit(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None, n_step: int = 1):
+def _fit(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None, n_step: int = 1, **model_kw):
     L.seed_everything(123)
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=70, n_step=n_step)
-    model = small(dm)
+    model = small(dm, **model_kw)
     loop = EnvLoop()
     callbacks: list[Callback] = [loop]
     if every is not None:
@@ -108,6 +109,53 @@ def test_n_step_run_resumes_exactly_and_differs_from_one_step(tmp_path):
         assert torch.equal(tensor, model_b.state_dict()[name]), name
     _, one_step, _, _ = _fit(tmp_path / "c", 120)
     assert not torch.equal(next(one_step.critic.parameters()), next(model_a.critic.parameters()))
+
+
+def test_reset_steps_leave_the_run_alone_before_the_reset_and_resume_exactly_across_it(tmp_path):
+    _, plain, _, _ = _fit(tmp_path / "p", 60)
+    _, before, _, _ = _fit(tmp_path / "r", 60, reset_steps=[60])  # the reset would come before step 61
+    for name, tensor in plain.state_dict().items():
+        assert torch.equal(tensor, before.state_dict()[name]), name
+    _, straight, dm_a, _ = _fit(tmp_path / "a", 120, reset_steps=[60])
+    _fit(tmp_path / "b", 60, every=60, reset_steps=[60])
+    _, resumed, dm_b, _ = _fit(tmp_path / "b2", 120, ckpt_path=tmp_path / "b" / "s60.ckpt", reset_steps=[60])
+    for name, tensor in straight.state_dict().items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+    assert torch.equal(dm_a.buffer.obs, dm_b.buffer.obs)
+    _, no_reset, _, _ = _fit(tmp_path / "c", 120)
+    assert not torch.equal(no_reset.actor.net[0].weight, straight.actor.net[0].weight)
+
+
+def test_reset_networks_draws_fresh_weights_in_place_and_zeroes_adam(tmp_path):
+    trainer, model, _, _ = _fit(tmp_path, 60)
+    params = {name: (p.data_ptr(), p.detach().clone()) for name, p in model.named_parameters()}
+    optimizers = [o.optimizer for o in model.optimizers()]
+    assert all(st["exp_avg_sq"].abs().sum() > 0 for o in optimizers for st in o.state.values())
+    model.reset_networks()
+    for name, p in model.named_parameters():
+        ptr, old = params[name]
+        assert p.data_ptr() == ptr, name  # the same tensors: optimizers and compiled steps keep them
+        assert not torch.equal(p, old), name
+    # drawn as at construction: every layer uniform in +-1/sqrt(fan_in) (nn.Linear's init)
+    for w in model.critic.weights:
+        bound = 1 / w.shape[1] ** 0.5
+        assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
+    first = model.actor.net[0].weight
+    assert first.abs().max() <= 1 / first.shape[1] ** 0.5
+    for online, target in ((model.actor, model.actor_target), (model.critic, model.critic_target)):
+        for (name, a), b in zip(online.state_dict().items(), target.state_dict().values()):
+            assert torch.equal(a, b), name
+    for o in optimizers:
+        for st in o.state.values():
+            assert all(float(v.abs().sum()) == 0.0 for v in st.values() if torch.is_tensor(v))
+
+
+def test_reset_steps_must_be_positive_training_steps():
+    from td3_lightning.errors import UserInputError
+
+    for bad in ([0], [-5], [1.5]):
+        with pytest.raises(UserInputError, match=r"model.reset_steps must be training steps >= 1, e.g. \[60000\]"):
+            TD3([3], [-1.0], [1.0], reset_steps=bad)
 
 
 def test_solved_threshold_stops_at_the_first_evaluation_reaching_it():
