@@ -120,7 +120,9 @@ class TD3(L.LightningModule):
             ``max-autotune-no-cudagraphs``, ``max-autotune`` or ``reduce-overhead`` (the last two
             replay CUDA graphs on a GPU). It needs one device and 32-bit precision; compilation
             happens at the first training steps and takes a while. Meant for GPUs, where it
-            removes per-kernel launch costs; on a small CPU eager is faster.
+            removes per-kernel launch costs; on a small CPU eager is faster. torch.compile splits
+            the step at each backward pass and optimizer step, so the update runs as several
+            compiled pieces (see ``benchmarks/README.md``).
     """
 
     def __init__(
