@@ -52,6 +52,16 @@ class RLProgressBar(ProgressBar):
     def enable(self) -> None:
         self._enabled = True
 
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        """``LightningModule.print``: a line of its own (on a terminal, the status line is redrawn below it)."""
+        text = sep.join(str(a) for a in args)
+        sys.stdout.write(("\r\033[K" if self._tty else "") + text + "\n")
+        sys.stdout.flush()
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = (time.perf_counter(), trainer.global_step)
 

@@ -166,6 +166,17 @@ def test_turning_off_checkpointing_or_the_progress_bar(option, tmp_path, monkeyp
         assert "steps/s" not in out  # no progress line
 
 
+def test_a_network_reset_prints_its_line_under_the_progress_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "30", "--data.warmup_steps", "20",
+          "--trainer.limit_val_batches", "0", "--model.hidden_dims", "[8]", "--model.reset_steps", "[10, 20]",
+          "--progress_bar.log_seconds", "0"])
+    lines = capsys.readouterr().out.splitlines()
+    resets = [i for i, line in enumerate(lines) if "networks drawn afresh" in line]
+    assert [lines[i].split(":")[0] for i in resets] == ["step 10", "step 20"]
+    assert "step 30/30" in lines[-1]
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
 def test_every_shipped_config_parses(name, capsys):
     # a key renamed in the code but not in a config would only surface when someone runs that config
