@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import builtins
 import sys
 import time
 from pathlib import Path
@@ -56,11 +57,14 @@ class RLProgressBar(ProgressBar):
     def is_enabled(self) -> bool:
         return self._enabled
 
-    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
-        """``LightningModule.print``: a line of its own (on a terminal, the status line is redrawn below it)."""
-        text = sep.join(str(a) for a in args)
-        sys.stdout.write(("\r\033[K" if self._tty else "") + text + "\n")
-        sys.stdout.flush()
+    def print(self, *args: Any, sep: str | None = " ", end: str | None = "\n", file: Any = None,
+              flush: bool = False) -> None:
+        """``LightningModule.print``: the builtin print; on a terminal, the status line is cleared
+        first, and the next status update draws it again below the printed line."""
+        out = sys.stdout if file is None else file
+        if out is sys.stdout and self._tty:
+            out.write("\r\033[K")
+        builtins.print(*args, sep=sep, end=end, file=out, flush=True)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = (time.perf_counter(), trainer.global_step)

@@ -121,12 +121,18 @@ class TD3CLI(LightningCLIHooks):
                         f"checkpoint file {problem}: {ckpt}; pass an existing .ckpt file to --ckpt_path"
                     )
                 self._ckpt_facts = inspect_checkpoint(ckpt)
+        # the checkpoint's hyperparameters replace the configured ones, except resets asked for now:
+        # resuming a stuck run with --model.reset_steps is what the option is for
+        resets = self.config[subcommand]["model"].get("reset_steps") if subcommand else None
         try:
             read()  # the checkpoint's model hyperparameters into the config
         except argparse.ArgumentError as err:
             raise UserInputError(
                 f"checkpoint {ckpt}: its model hyperparameters do not fit TD3 ({one_line_parse_error(str(err))})"
             ) from None
+        if resets and list(self.config[subcommand]["model"].get("reset_steps") or []) != list(resets):
+            self.config[subcommand]["model"]["reset_steps"] = list(resets)
+            rank_zero_info(f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's")
 
     def _check_against_env(self) -> None:
         """The checkpoint's observation and action spaces (and replay capacity) against the

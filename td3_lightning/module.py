@@ -16,6 +16,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torchmetrics import CatMetric, MeanMetric
 
@@ -350,7 +351,8 @@ class TD3(L.LightningModule):
         and their targets, as a new module would draw them, and zeroed Adam states.
 
         The weights are copied into the existing tensors, so optimizers and compiled steps keep
-        working on them. The seed of the fresh draw comes from the module's own random stream
+        working on them. The fresh module is built from the saved hyperparameters, so a subclass
+        needs every constructor argument among them. The seed of the fresh draw comes from the module's own random stream
         (saved in checkpoints), so a resumed run resets to the same weights."""
         gen = self._noise_generator(self.device)
         seed = int(torch.randint(2**62, (1,), generator=gen, device=gen.device).item())
@@ -428,6 +430,11 @@ class TD3(L.LightningModule):
     finite_check_every_step: bool | None = None
 
     def on_train_start(self) -> None:
+        max_steps = self.trainer.max_steps
+        late = sorted(k for k in self._reset_steps if max_steps is not None and 0 < max_steps <= k)
+        if late:
+            rank_zero_warn(f"model.reset_steps {late} lie at or after trainer.max_steps ({max_steps}): "
+                           "those resets never happen")
         direct = self.direct_update
         self._direct = direct_update_possible(self.trainer, self) if direct is None else direct
         every = self.finite_check_every_step
@@ -696,7 +703,8 @@ def _check_hparams(**hp: Any) -> None:
         (hp["teacher_weight"] >= 0, f"model.teacher_weight must be >= 0, got {hp['teacher_weight']}"),
         (hp["preactivation_penalty"] >= 0,
          f"model.preactivation_penalty must be >= 0 (0 = off), got {hp['preactivation_penalty']}"),
-        (all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in hp["reset_steps"]),
+        (isinstance(hp["reset_steps"], (list, tuple))
+         and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in hp["reset_steps"]),
          f"model.reset_steps must be training steps >= 1, e.g. [60000], got {hp['reset_steps']}"),
         (hp["random_shift"] >= 0, f"model.random_shift must be >= 0 pixels (0 = off), got {hp['random_shift']}"),
         (len(low) == len(high) and len(low) > 0, "action_low and action_high must have the same, non-zero length"),

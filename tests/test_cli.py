@@ -177,6 +177,17 @@ def test_a_network_reset_prints_its_line_under_the_progress_line(tmp_path, monke
     assert "step 30/30" in lines[-1]
 
 
+def test_resume_with_reset_steps_resets_a_run_saved_without_them(tmp_path, monkeypatch, capfd):
+    # a stuck run's checkpoint says reset_steps []; the resets asked for on resuming are the ones that happen
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.limit_val_batches", "0",
+            "--model.hidden_dims", "[8]"]
+    main([*args, "--trainer.max_steps", "16"])
+    capfd.readouterr()
+    main([*args, "--trainer.max_steps", "32", "--ckpt_path", "last", "--model.reset_steps", "[24]"])
+    assert "step 24: networks drawn afresh" in capfd.readouterr().out  # without the override: no reset
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
 def test_every_shipped_config_parses(name, capsys):
     # a key renamed in the code but not in a config would only surface when someone runs that config

@@ -128,32 +128,35 @@ def test_reset_steps_leave_the_run_alone_before_the_reset_and_resume_exactly_acr
 
 def test_reset_networks_draws_fresh_weights_in_place_and_zeroes_adam(tmp_path):
     trainer, model, _, _ = _fit(tmp_path, 60)
-    params = {name: (p.data_ptr(), p.detach().clone()) for name, p in model.named_parameters()}
+    params = {name: p.data_ptr() for name, p in model.named_parameters()}
     optimizers = [o.optimizer for o in model.optimizers()]
     assert all(st["exp_avg_sq"].abs().sum() > 0 for o in optimizers for st in o.state.values())
+    # the known answer: a new module built under the seed the module's own stream gives next
+    stream = torch.Generator().manual_seed(0)
+    stream.set_state(model._noise_gen.get_state())
+    seed = int(torch.randint(2**62, (1,), generator=stream).item())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fresh = TD3(**{k: v for k, v in model.hparams.items() if not k.startswith("_")})
+    trained = {k: v.clone() for k, v in model.state_dict().items()}
     model.reset_networks()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, fresh.state_dict()[name]), name  # targets included: copies of the fresh networks
+    assert not torch.equal(trained["actor.net.0.weight"], model.actor.net[0].weight)
     for name, p in model.named_parameters():
-        ptr, old = params[name]
-        assert p.data_ptr() == ptr, name  # the same tensors: optimizers and compiled steps keep them
-        assert not torch.equal(p, old), name
-    # drawn as at construction: every layer uniform in +-1/sqrt(fan_in) (nn.Linear's init)
-    for w in model.critic.weights:
-        bound = 1 / w.shape[1] ** 0.5
-        assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
-    first = model.actor.net[0].weight
-    assert first.abs().max() <= 1 / first.shape[1] ** 0.5
-    for online, target in ((model.actor, model.actor_target), (model.critic, model.critic_target)):
-        for (name, a), b in zip(online.state_dict().items(), target.state_dict().values()):
-            assert torch.equal(a, b), name
+        assert p.data_ptr() == params[name], name  # the same tensors: optimizers and compiled steps keep them
     for o in optimizers:
         for st in o.state.values():
             assert all(float(v.abs().sum()) == 0.0 for v in st.values() if torch.is_tensor(v))
+    second = {k: v.clone() for k, v in model.state_dict().items()}
+    model.reset_networks()  # the stream moved on: another draw
+    assert not torch.equal(second["critic.weights.0"], model.critic.weights[0])
 
 
 def test_reset_steps_must_be_positive_training_steps():
     from td3_lightning.errors import UserInputError
 
-    for bad in ([0], [-5], [1.5]):
+    for bad in ([0], [-5], [1.5], 60000, None):
         with pytest.raises(UserInputError, match=r"model.reset_steps must be training steps >= 1, e.g. \[60000\]"):
             TD3([3], [-1.0], [1.0], reset_steps=bad)
 
