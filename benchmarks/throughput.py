@@ -53,30 +53,29 @@ def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hook
     env["PYTHONUNBUFFERED"] = "1"  # progress lines arrive as they are printed, to be timed here
     if checkout is not None:
         env["PYTHONPATH"] = os.path.abspath(checkout) + os.pathsep + env.get("PYTHONPATH", "")
-    marks: list[tuple[float, int]] = []  # (arrival time, training step) of each progress line
+    marks: list[tuple[float, int, float]] = []  # (arrival time, training step, rate so far) of each progress line
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as cwd:  # the CLI saves its config.yaml in the cwd without a logger
+        # stderr joins stdout: read one pipe to its end, so a chatty stderr cannot fill its pipe and stall the run
         proc = subprocess.Popen([sys.executable, "-c", launcher, *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
-        assert proc.stdout is not None and proc.stderr is not None
+                                stderr=subprocess.STDOUT, text=True, cwd=cwd, env=env)
+        assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            step = re.search(r"step (\d+)/\d+ \| (\d+(?:\.\d+)?) steps/s", line)
-            if step:
-                marks.append((time.perf_counter(), int(step.group(1))))
-        err = proc.stderr.read()
+            progress = re.search(r"step (\d+)/\d+ \| (\d+(?:\.\d+)?) steps/s", line)
+            if progress:
+                marks.append((time.perf_counter(), int(progress.group(1)), float(progress.group(2))))
         proc.wait()
-    out = "".join(lines)
-    rates = re.findall(r"\| (\d+(?:\.\d+)?) steps/s \|", out)
-    if proc.returncode != 0 or not rates:
-        raise RuntimeError(f"td3_lightning run failed:\n{out[-2000:]}\n{err[-3000:]}")
+    if proc.returncode != 0 or not marks:
+        raise RuntimeError(f"td3_lightning run failed:\n{''.join(lines)[-5000:]}")
     # steady state: the steps of the run's second half over their time, so a compile in the first
     # steps is not counted; "with compile" is the rate over all timed steps, as the progress line gives it
-    half = next(((t, n) for t, n in marks if n >= steps // 2), None)
-    steady = float(rates[-1])
-    if half is not None and marks[-1][1] > half[1] and marks[-1][0] > half[0]:
-        steady = (marks[-1][1] - half[1]) / (marks[-1][0] - half[0])
-    return {"steps_per_sec": steady, "with compile": float(rates[-1])}
+    end_time, end_step, overall = marks[-1]
+    half = next(((t, n) for t, n, _ in marks if n >= steps // 2), None)
+    steady = overall
+    if half is not None and end_step > half[1] and end_time > half[0]:
+        steady = (end_step - half[1]) / (end_time - half[0])
+    return {"steps_per_sec": steady, "with compile": overall}
 
 
 def run_sb3(steps: int, device: str) -> dict[str, float]:
@@ -186,8 +185,9 @@ ABLATIONS = {
 # ----------------------------------------------------------------------------- driver
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=3000, help="timed training steps per run (after the warm-up); td3_lightning's rate is that of the "
-                        "second half, so a compile in the first steps is not counted")
+    parser.add_argument("--steps", type=int, default=3000,
+                        help="timed training steps per run (after the warm-up); td3_lightning's rate is that of "
+                        "the second half, so a compile in the first steps is not counted")
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds of the three runs")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--skip", nargs="*", default=[], choices=list(RUNNERS), help="runs to leave out")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import builtins
+import json
 import sys
 import time
 from pathlib import Path

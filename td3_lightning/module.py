@@ -329,7 +329,7 @@ class TD3(L.LightningModule):
         update = self._compiled or self.td3_update
         for one in (batch,) if isinstance(batch, dict) else batch:
             step = self._step_taken = self.global_step + 1  # the training step being taken
-            if self.global_step in self._reset_steps:
+            if step - 1 in self._reset_steps:  # after training step step - 1
                 self.reset_networks()
             if self.hparams.get("random_shift", 0):
                 one = self.augment(one)
@@ -352,8 +352,9 @@ class TD3(L.LightningModule):
 
         The weights are copied into the existing tensors, so optimizers and compiled steps keep
         working on them. The fresh module is built from the saved hyperparameters, so a subclass
-        needs every constructor argument among them. The seed of the fresh draw comes from the module's own random stream
-        (saved in checkpoints), so a resumed run resets to the same weights."""
+        needs every constructor argument among them. The seed of the fresh draw comes from the
+        module's own random stream (saved in checkpoints), so a resumed run resets to the same
+        weights."""
         gen = self._noise_generator(self.device)
         seed = int(torch.randint(2**62, (1,), generator=gen, device=gen.device).item())
         seed = self.trainer.strategy.broadcast(seed, src=0)  # under DDP every rank takes rank 0's draw
