@@ -25,14 +25,14 @@ STATE_DIM = 43  # CarRacingState-v0's features, the privileged observation of Ca
 def make(size: int, privileged: bool, random_shift: int) -> TD3:
     model = TD3([4, size, size], *ACTION, critic_obs_shape=[STATE_DIM] if privileged else None,
                 random_shift=random_shift)
-    model._optimizers = [_Plain(o) for o in model.configure_optimizers()]
-    model._direct = True
-    model._check_each_loss = False
+    model.stepper.optimizers = [_Plain(o) for o in model.configure_optimizers()]
+    model.stepper.direct = True
+    model.stepper.check_each_loss = False
     return model
 
 
 class _Plain:
-    """What ``TD3.optimize`` calls on a LightningOptimizer, without a Trainer."""
+    """What ``Stepper.step`` calls on a LightningOptimizer, without a Trainer."""
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer
@@ -51,9 +51,12 @@ def batch(size: int, n: int) -> dict[str, torch.Tensor]:
 def steps_per_second(model: TD3, data: dict[str, torch.Tensor], steps: int) -> float:
     if model.hparams.critic_obs_shape is None:  # the critics see the frames
         data = {k: v for k, v in data.items() if "critic" not in k}
+    generator = torch.Generator().manual_seed(0)
     start = time.perf_counter()
     for i in range(steps):
-        one = model.augment(data) if model.hparams.random_shift else data
+        one = data
+        for transform in model.batch_transforms:
+            one = transform(one, generator)
         model.td3_update(one, torch.randn(data["action"].shape), update_actor=i % 2 == 1)
     return steps / (time.perf_counter() - start)
 

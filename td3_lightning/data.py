@@ -106,73 +106,33 @@ class ReplayChunk:
 
 
 class ReplayDataModule(L.LightningDataModule):
-    """Environments, replay buffer and data streams for TD3.
+    """Environments, replay buffer and data streams for TD3 (every option: ``docs/options.md``).
 
     Args:
-        env_id: gymnasium environment id (``CarRacingState-v0``, ``Pendulum-v1``, ...).
-        env_kwargs: keyword arguments of ``gymnasium.make`` for every env instance.
-        train_env_kwargs: extra keyword arguments for the training env only (training aids
-            such as early termination); evaluation and test always use ``env_kwargs`` alone.
-        batch_size: transitions per replay batch.
-        buffer_size: replay capacity in transitions; the oldest are overwritten first.
-        warmup_steps: environment steps with uniformly random actions that fill the buffer
-            before the first update (not counted in ``trainer.max_steps``).
-        eval_episodes: deterministic episodes per validation run; episode ``i`` uses env seed
-            ``eval_seed + i``, so every validation sees the same starts (or tracks).
+        env_id: gymnasium environment id (CarRacingState-v0, Pendulum-v1, ...).
+        env_kwargs: keyword arguments of gymnasium.make for every env instance.
+        train_env_kwargs: extra keyword arguments for the training env only (training aids); evaluation uses env_kwargs.
+        batch_size: transitions per replay batch (>= 1).
+        buffer_size: replay capacity in transitions; the oldest are overwritten first (>= 1).
+        warmup_steps: random-action env steps that fill the buffer before the first update (>= 0).
+        eval_episodes: deterministic episodes per validation, on env seeds eval_seed, eval_seed + 1, ... (>= 1).
         eval_seed: env seed of the first validation episode.
-        test_episodes: deterministic episodes of the ``test`` subcommand.
-        test_seed: env seed of the first test episode; the episodes use ``test_seed, test_seed + 1, ...``.
-        buffer_device: where the replay tensors live: ``auto`` (the training device) or a
-            torch device such as ``cpu``.
-        save_replay: put the replay buffer in checkpoints (needed for an exact resume; turn
-            off for huge buffers, the buffer is then refilled from scratch on resume).
-        record_test: record the first ``record_test`` test episodes as videos in
-            ``<run folder>/videos/`` (the env's normal view, e.g. CarRacing from above).
-        record_val: record the first ``record_val`` episodes of every validation run.
-        video_format: ``mp4`` or ``gif``.
-        tensorboard_video_every: every this many validation runs (the 1st, the 1st + N, ... of a
-            ``fit``), the first validation episode is also sent to TensorBoard as an animated GIF
-            (Images tab, tag ``val/video``, 160 pixels wide); 0 turns it off.  Only with a
-            TensorBoard logger (Lightning's default).  It costs one rendered episode.
-        num_envs: training envs stepped together as one gymnasium vector env.
-        utd_ratio: updates per collected transition (update-to-data ratio). The env loop keeps
-            the transitions collected after the warm-up at ``training steps / utd_ratio``: with
-            ``num_envs`` 4 and ``utd_ratio`` 1 it takes one vector step (4 transitions) every
-            4 training steps; with ``utd_ratio`` 0.25, one vector step every training step.
-            ``trainer.max_steps`` always counts training steps (critic updates);
-            ``train/env_steps`` counts transitions.
-        vector_mode: ``async`` (each env in its own process, the default when ``num_envs`` > 1)
-            or ``sync`` (all in this process; always used for one env).
-        frame_stack: image observations only: frames per stacked observation, for the replay
-            buffer that stores each frame once (``FrameStackReplay``). None (default): the env's
-            ``frame_stack`` attribute (``CarRacingPixels-v0`` has one), 1 when it has none;
-            1: store whole observations.
-        privileged_critic: asymmetric actor-critic (Pinto et al., 2017): the critics and their
-            targets see the env's privileged observation (a 1-D vector in
-            ``info["privileged_obs"]`` of every reset and step, described by the env's
-            ``privileged_observation_space``; ``CarRacingPixels-v0`` offers CarRacingState-v0's
-            features) while the actor still sees only the observation. The replay stores the
-            privileged vector beside each transition; what is evaluated and exported is the actor
-            alone. For an env that knows its state but is to be driven from pixels.
-        steps_per_batch: training steps per Lightning batch. Lightning's loop costs about 0.5-1 ms
-            per batch (hooks, fetcher, logging), a sixth of a CPU training step of 256-256
-            networks; with N steps per batch it is paid once per N. The training is the same
-            (the same samples, transitions and updates, in the same order: tested bit for
-            bit). ``max_steps``, ``val_check_interval``, ``log_every_n_steps`` and
-            ``global_step`` still count training steps. Validation, logging and a checkpoint's
-            ``every_n_train_steps`` happen at the end of a batch: when one of them is not a
-            multiple of N, the fit runs with their greatest common divisor instead, and says
-            so. Lightning's batch counters (``batch_idx``, the logging step) count training
-            steps too, so checkpoints resume with any N. Callbacks' ``on_train_batch_start/end``
-            run once per batch. The shipped configs use 8.
-        n_step: steps per replayed transition: the critics regress on
-            ``r_t + gamma r_(t+1) + ... + gamma^(n-1) r_(t+n-1) + gamma^n min Q'(s_(t+n), ...)``,
-            summed at sampling time from the stored one-step transitions, so ``n_step`` can change
-            on resume. A transition stops early at the end of its episode (and bootstraps from a
-            truncated one's last observation) and at the newest step of its env. Rewards propagate
-            n times faster; the sum is of the exploring policy's rewards (no off-policy
-            correction), so keep n small (3-5). 1 (default): TD3's one-step target.
-        num_workers: must be 0: the buffer lives in the main process; batches are sampled there.
+        test_episodes: deterministic episodes of the test subcommand (>= 1).
+        test_seed: env seed of the first test episode.
+        buffer_device: where the replay tensors live: auto (the training device) or a torch device such as cpu.
+        save_replay: put the replay buffer in checkpoints (an exact resume needs it).
+        record_test: record the first N test episodes as videos in <run folder>/videos/ (>= 0).
+        record_val: record the first N episodes of every validation (>= 0).
+        video_format: mp4 or gif.
+        tensorboard_video_every: every N validations, the first episode as a GIF in TensorBoard (0 = off).
+        num_envs: training envs stepped together as one vector env (>= 1).
+        utd_ratio: updates per collected transition (> 0); max_steps still counts updates.
+        vector_mode: async (one process per env) or sync (all in this process).
+        frame_stack: image observations: frames per stacked observation, each stored once (null: the env's own).
+        privileged_critic: the critics see the env's info["privileged_obs"], the actor only the observation.
+        steps_per_batch: training steps per Lightning batch: the same training with less loop overhead (>= 1).
+        n_step: steps per replayed transition: n-step returns (1 = TD3's one-step target).
+        num_workers: must be 0: the buffer lives in the main process, batches are sampled there.
     """
 
     def __init__(

@@ -15,12 +15,13 @@ from torch import Tensor
 
 from td3_lightning.errors import NonFiniteError
 
-LOSS_NAMES = ("critic loss", "actor loss")
-_LR_OPTIONS = ("model.critic_lr", "model.actor_lr")
+LOSS_NAMES = ("critic loss", "actor loss", "auxiliary loss")  # by optimizer index (stepping.CRITIC, ...)
+_LR_OPTIONS = ("model.critic_lr", "model.actor_lr", "model.embedding_lr")
 
 
 def loss_message(slot: int, step: int, value: float, action: str = "") -> str:
-    """The one-line error for a non-finite loss (``slot`` 0: critic, 1: actor)."""
+    """The one-line error for a non-finite loss (``slot`` 0: critic, 1: actor, 2 and up: auxiliary)."""
+    slot = min(slot, len(LOSS_NAMES) - 1)
     return (
         f"non-finite {LOSS_NAMES[slot]} ({value}) at training step {step}{action}; "
         f"try a lower {_LR_OPTIONS[slot]} or check the scale of the rewards and observations"
@@ -43,8 +44,9 @@ class LossGuard:
     def record(self, slot: int, loss: Tensor, step: int) -> None:
         """Remember ``step`` on the device if ``loss`` is the first non-finite one (no host sync)."""
         if self._steps is None or self._values is None or self._steps.device != loss.device:
-            self._steps = torch.full((2,), -1, dtype=torch.long, device=loss.device)
-            self._values = torch.zeros(2, dtype=torch.float32, device=loss.device)
+            self._steps = torch.full((len(LOSS_NAMES),), -1, dtype=torch.long, device=loss.device)
+            self._values = torch.zeros(len(LOSS_NAMES), dtype=torch.float32, device=loss.device)
+        slot = min(slot, len(LOSS_NAMES) - 1)
         hit = (self._steps[slot] < 0) & ~torch.isfinite(loss)
         self._steps[slot] = torch.where(hit, step, self._steps[slot])
         self._values[slot] = torch.where(hit, loss.detach().float(), self._values[slot])

@@ -10,20 +10,28 @@ nothing else.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
+
+from td3_lightning.embeddings import FixedEncoder, SALEEncoder, SALEStateActionInput, SALEStateInput
 
 
-def mlp(sizes: Sequence[int], activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
-    """Linear layers of the given sizes with ``activation`` between them (none after the last)."""
+def mlp(sizes: Sequence[int], activation: type[nn.Module] = nn.ReLU, layer_norm: bool = False) -> nn.Sequential:
+    """Linear layers of the given sizes with ``activation`` between them (none after the last), each
+    hidden layer's output normalised by a LayerNorm first with ``layer_norm``."""
     layers: list[nn.Module] = []
     for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         layers.append(nn.Linear(n_in, n_out))
         if i < len(sizes) - 2:
-            layers.append(activation())
+            layers.extend([nn.LayerNorm(n_out), activation()] if layer_norm else [activation()])
     return nn.Sequential(*layers)
+
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": torch.relu, "elu": F.elu}
 
 
 #: smallest image height and width the encoder's convolutions take
@@ -84,6 +92,7 @@ class Actor(nn.Module):
         encoder: maps observations to features first (e.g. :class:`PixelEncoder`).
         detach_encoder: the actor's loss does not train the encoder (an encoder shared with
             the critics, which train it).
+        layer_norm: a LayerNorm on every hidden layer (before its activation).
     """
 
     action_scale: Tensor
@@ -97,6 +106,7 @@ class Actor(nn.Module):
         hidden_dims: Sequence[int] = (256, 256),
         encoder: nn.Module | None = None,
         detach_encoder: bool = False,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         low = torch.as_tensor(action_low, dtype=torch.float32)
@@ -104,7 +114,7 @@ class Actor(nn.Module):
         self.encoder = encoder
         self.detach_encoder = detach_encoder
         in_dim = encoder.out_dim if encoder is not None else obs_dim
-        self.net = mlp([in_dim, *hidden_dims, low.numel()])
+        self.net = mlp([in_dim, *hidden_dims, low.numel()], layer_norm=layer_norm)
         self.register_buffer("action_scale", (high - low) / 2)
         self.register_buffer("action_bias", (high + low) / 2)
 
@@ -137,17 +147,24 @@ class CriticEnsemble(nn.Module):
         hidden_dims: sizes of the hidden layers.
         num_critics: ensemble size (TD3 uses 2).
         encoder: maps observations to features first, once for all critics.
+        input_layer: maps ``(obs, action)`` to each critic's input instead of ``[features, action]``
+            (:class:`~td3_lightning.embeddings.SALEStateActionInput`).
+        activation: ``relu`` or ``elu`` between the layers.
+        layer_norm: a LayerNorm (one per critic) on every hidden layer, before its activation.
     """
 
     def __init__(
         self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int] = (256, 256), num_critics: int = 2,
-        encoder: nn.Module | None = None,
+        encoder: nn.Module | None = None, input_layer: nn.Module | None = None, activation: str = "relu",
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         self.num_critics = num_critics
         self.encoder = encoder
+        self.input_layer = input_layer
+        self.activation = ACTIVATIONS[activation]
         in_dim = encoder.out_dim if encoder is not None else obs_dim
-        sizes = [in_dim + action_dim, *hidden_dims, 1]
+        sizes = [input_layer.out_dim if input_layer is not None else in_dim + action_dim, *hidden_dims, 1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for n_in, n_out in zip(sizes[:-1], sizes[1:]):
@@ -155,15 +172,34 @@ class CriticEnsemble(nn.Module):
             # kaiming_uniform(a=sqrt(5)) of nn.Linear reduces to U(-1/sqrt(fan_in), 1/sqrt(fan_in))
             self.weights.append(nn.Parameter(torch.empty(num_critics, n_in, n_out).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(num_critics, 1, n_out).uniform_(-bound, bound)))
+        # LayerNorm per critic and hidden layer: gains (num_critics, 1, size) and offsets
+        self.norm_gains = nn.ParameterList([nn.Parameter(torch.ones(num_critics, 1, h)) for h in hidden_dims]
+                                           if layer_norm else [])
+        self.norm_offsets = nn.ParameterList([nn.Parameter(torch.zeros(num_critics, 1, h)) for h in hidden_dims]
+                                             if layer_norm else [])
+
+    def _hidden(self, x: Tensor, i: int, member: int | None = None, detach: bool = False) -> Tensor:
+        """Layer ``i``'s output ``x`` -> the next layer's input: (LayerNorm and) the activation."""
+        if self.norm_gains:
+            gain, offset = self.norm_gains[i], self.norm_offsets[i]
+            if member is not None:
+                gain, offset = gain[member], offset[member]
+            if detach:
+                gain, offset = gain.detach(), offset.detach()
+            x = F.layer_norm(x, x.shape[-1:]) * gain + offset
+        return self.activation(x)
 
     def forward(self, obs: Tensor, action: Tensor) -> Tensor:
         """All critics: ``(num_critics, batch)``."""
-        x = torch.cat([encode(self.encoder, obs), action], dim=-1).expand(self.num_critics, -1, -1)
+        if self.input_layer is not None:
+            x = self.input_layer(obs, action)
+        else:
+            x = torch.cat([encode(self.encoder, obs), action], dim=-1).expand(self.num_critics, -1, -1)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             x = torch.baddbmm(b, x, w)
             if i < last:
-                x = torch.relu(x)
+                x = self._hidden(x, i)
         return x.squeeze(-1)
 
     def q1(self, obs: Tensor, action: Tensor, detach_params: bool = False) -> Tensor:
@@ -172,7 +208,10 @@ class CriticEnsemble(nn.Module):
         With ``detach_params`` the critic's weights get no gradient (the actor update only
         needs ``dQ/da``), which saves the weight-gradient kernels.
         """
-        x = torch.cat([encode(self.encoder, obs, detach=detach_params), action], dim=-1)
+        if self.input_layer is not None:
+            x = self.input_layer(obs, action, member=0, detach_params=detach_params)
+        else:
+            x = torch.cat([encode(self.encoder, obs, detach=detach_params), action], dim=-1)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             w0, b0 = w[0], b[0]
@@ -180,5 +219,53 @@ class CriticEnsemble(nn.Module):
                 w0, b0 = w0.detach(), b0.detach()
             x = torch.addmm(b0, x, w0)
             if i < last:
-                x = torch.relu(x)
+                x = self._hidden(x, i, member=0, detach=detach_params)
         return x.squeeze(-1)
+
+
+class Networks(NamedTuple):
+    """What :func:`build_networks` builds: the actor, the critics, and with embeddings the trained SALE
+    encoder and the fixed copy that actor and critics read."""
+
+    actor: Actor
+    critic: CriticEnsemble
+    embedding: SALEEncoder | None = None
+    fixed_embedding: FixedEncoder | None = None
+
+
+def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action_high: Sequence[float],
+                   hidden_dims: Sequence[int], num_critics: int, critic_obs_shape: Sequence[int] | None,
+                   encoder: str, encoder_features: int, shared_encoder: bool, layer_norm: bool = False,
+                   embedding_dim: int = 0) -> Networks:
+    """The actor and the critic ensemble for the module's options.
+
+    Image observations with ``encoder`` ``auto`` (or ``cnn``) get a :class:`PixelEncoder`, shared by
+    actor and critics with ``shared_encoder`` (the critics train it). With ``critic_obs_shape`` the
+    critics are MLPs on that privileged vector and the actor alone has an encoder. With
+    ``embedding_dim`` (vector observations) actor and critics read SALE embeddings as TD7 does: the
+    actor ``[AvgL1Norm(linear(s)), z_s]``, each critic ``[AvgL1Norm(linear(s, a)), z_sa, z_s]`` with ELU.
+    """
+    if embedding_dim:
+        obs_dim, action_dim, width = int(obs_shape[0]), len(action_low), int(hidden_dims[0])
+        sale = SALEEncoder(obs_dim, action_dim, embedding_dim, width)
+        fixed = FixedEncoder(sale)
+        actor = Actor(obs_dim, action_low, action_high, hidden_dims, SALEStateInput(obs_dim, width, fixed),
+                      layer_norm=layer_norm)
+        critic_input = SALEStateActionInput(obs_dim, action_dim, width, num_critics, fixed)
+        critic = CriticEnsemble(obs_dim, action_dim, hidden_dims, num_critics, input_layer=critic_input,
+                                activation="elu", layer_norm=layer_norm)
+        return Networks(actor, critic, sale, fixed)
+    obs_dim, action_dim = int(obs_shape[0]), len(action_low)
+    cnn = encoder == "cnn" or (encoder == "auto" and len(obs_shape) == 3)
+    privileged = critic_obs_shape is not None
+    critic_encoder = PixelEncoder(obs_shape, encoder_features) if cnn and not privileged else None
+    share = cnn and shared_encoder and not privileged
+    if share:
+        actor_encoder = critic_encoder
+    else:
+        actor_encoder = PixelEncoder(obs_shape, encoder_features) if cnn else None
+    actor = Actor(obs_dim, action_low, action_high, hidden_dims, actor_encoder, detach_encoder=share,
+                  layer_norm=layer_norm)
+    critic_dim = int(critic_obs_shape[0]) if critic_obs_shape is not None else obs_dim
+    return Networks(actor, CriticEnsemble(critic_dim, action_dim, hidden_dims, num_critics, critic_encoder,
+                                          layer_norm=layer_norm))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,3 +24,49 @@ class LinearSchedule:
         total = self.steps if self.steps is not None else default_steps
         progress = 1.0 if not total or total <= 0 else min(1.0, step / total)
         return self.start + (self.final - self.start) * progress
+
+
+class Schedules:
+    """The exploration noise and the learning-rate factor by training step, over ``steps`` training
+    steps (None: the run's length, ``trainer.max_steps``)."""
+
+    def __init__(self, exploration_noise: float, exploration_noise_final: float | None, lr_final_factor: float,
+                 steps: int | None) -> None:
+        final = exploration_noise if exploration_noise_final is None else exploration_noise_final
+        self.exploration = LinearSchedule(exploration_noise, final, steps)
+        self.lr = LinearSchedule(1.0, lr_final_factor, steps)
+
+    def exploration_noise_at(self, step: int, run_length: int | None) -> float:
+        return self.exploration.at(step, run_length)
+
+    def lr_factor_at(self, step: int, run_length: int | None) -> float:
+        return self.lr.at(step, run_length)
+
+    def set_learning_rates(self, optimizers: list[object], base_lrs: list[float], step: int,
+                           run_length: int | None) -> None:
+        """Each optimizer's learning rate at training step ``step`` (counted from 0): its base rate
+        times the factor. Nothing to do for constant rates."""
+        if self.lr.final == self.lr.start:
+            return
+        factor = self.lr.at(step, run_length)
+        for optimizer, base in zip(optimizers, base_lrs):
+            for group in getattr(optimizer, "optimizer", optimizer).param_groups:
+                group["lr"] = base * factor
+
+    def metrics(self, step: int, run_length: int | None) -> dict[str, float]:
+        """``train/exploration_noise`` and ``train/lr_factor`` where they change during the run."""
+        out = {}
+        if self.exploration.final != self.exploration.start:
+            out["train/exploration_noise"] = self.exploration.at(step, run_length)
+        if self.lr.final != self.lr.start:
+            out["train/lr_factor"] = self.lr.at(step, run_length)
+        return out
+
+
+def run_length(module: Any) -> int | None:
+    """The run's length in training steps (``trainer.max_steps``), None without a Trainer or a limit."""
+    try:
+        max_steps = module.trainer.max_steps
+    except RuntimeError:  # not attached to a Trainer
+        return None
+    return max_steps if max_steps and max_steps > 0 else None

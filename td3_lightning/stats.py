@@ -39,7 +39,10 @@ class TrainingStatistics:
             self._fold()
 
     def add_term(self, name: str, value: Tensor) -> None:
-        """A scalar part of a loss (logged as ``train/<name>``), summed on the device."""
+        """A scalar part of a loss (logged as ``train/<name>``), summed on the device (not while compiling:
+        a compiled step returns its losses only)."""
+        if torch.compiler.is_compiling():
+            return
         total, count = self._terms.get(name, (None, 0))
         value = value.detach()
         self._terms[name] = (value.clone() if total is None else total + value, count + 1)

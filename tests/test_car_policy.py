@@ -65,3 +65,22 @@ def test_shipped_pixel_driver_drives_held_out_tracks_from_frames(tmp_path, monke
     assert results["episode_successes"] == [1.0] * 3, results
     assert results["test/return_min"] > 925.0, results
     assert results["test/return"] > 930.0, results
+
+
+def test_shipped_drivers_act_as_recorded_on_fixed_observations():
+    """The actions both shipped drivers gave on these observations when they were trained (the pixel
+    checkpoint's state-prediction head moved under ``actor_terms`` when the extensions got their own files)."""
+    recorded = {
+        SHIPPED: [[0.9998083114624023, -1.0], [0.9956796765327454, 0.9933266043663025], [-1.0, -1.0],
+                  [-0.9959514737129211, -1.0]],
+        SHIPPED_PIXELS: [[0.9987717866897583, -0.6134867072105408], [0.853434145450592, -0.657318115234375],
+                         [-0.5876160860061646, -0.8247450590133667], [0.7621930837631226, -0.6218771934509277]],
+    }
+    for path, expected in recorded.items():
+        model = TD3.load_from_checkpoint(path, map_location="cpu")
+        g = torch.Generator().manual_seed(123)
+        shape = model.hparams.obs_shape
+        obs = (torch.randn(4, *shape, generator=g) if len(shape) == 1
+               else torch.randint(0, 256, (4, *shape), generator=g, dtype=torch.uint8))
+        with torch.no_grad():
+            assert torch.equal(model.actor(obs), torch.tensor(expected)), path.name

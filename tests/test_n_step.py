@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from td3_lightning.extensions.batch_transforms import NStepReturn
 from td3_lightning.module import TD3
 from td3_lightning.replay import ReplayBuffer
 
@@ -81,7 +82,7 @@ def test_n_step_target_is_the_discounted_sum_plus_the_discounted_bootstrap():
     expected_sum = r[:, 0] + 0.5 * r[:, 1] + 0.25 * r[:, 2]
     assert expected_sum.tolist() == [2.75, 4.5, 5.0, 4.0, 8.0, 6.0, 11.0, 8.0]
     bootstrap = torch.tensor([0.125, 0.125, 0.25, 0.5, 0.0, 0.0, 0.25, 0.5])  # gamma^m, 0 once terminated
-    target = m.td_target(batch, noise=torch.zeros(8, 1))
+    target = m.td_target(NStepReturn(0.5)(batch), noise=torch.zeros(8, 1))
     assert torch.allclose(target, expected_sum + bootstrap * next_q)
 
 

@@ -154,7 +154,7 @@ def test_shared_encoder_is_trained_by_the_critic_only():
     obs = torch.randint(0, 256, (8, 4, 40, 40), dtype=torch.uint8)
     assert model.actor(obs).shape == (8, 2)
     encoder = [p for p in model.critic.encoder.parameters()]
-    actor_only = model._actor_own_parameters()
+    actor_only = [p for g in model.configure_optimizers()[1].param_groups for p in g["params"]]
     assert all(all(p is not q for q in encoder) for p in actor_only)
     model.actor_loss({"obs": obs}).backward()
     assert all(p.grad is None for p in encoder)  # the actor's loss does not reach the encoder

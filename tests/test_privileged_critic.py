@@ -17,7 +17,7 @@ from td3_lightning import TD3, ReplayDataModule
 from td3_lightning.envs.car_racing import CarRacingState
 from td3_lightning.envs.car_racing_pixels import CarRacingPixels
 from td3_lightning.errors import UserInputError
-from td3_lightning.module import random_shift
+from td3_lightning.extensions.batch_transforms import random_shift
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer
 
 PRIVILEGED_ENV = "PrivilegedCounting-v0"
@@ -151,14 +151,14 @@ def test_pixel_actor_keeps_its_own_encoder_and_the_state_head_adds_its_error():
     batch = {"obs": torch.randint(0, 255, (3, 4, 36, 36), dtype=torch.uint8), "critic_obs": torch.randn(3, 5)}
     features = model.actor.features(batch["obs"])
     q = model.critic.q1(batch["critic_obs"], model.actor.act(features))
-    error = (model.state_head(features) - batch["critic_obs"]).pow(2).mean()
+    error = (model.actor_terms["state_prediction"].head(features) - batch["critic_obs"]).pow(2).mean()
     assert torch.allclose(model.actor_loss(batch), -q.mean() + 0.5 * error)
     assert torch.allclose(model.stats.means()["train/state_prediction_loss"], error)
     assert "train/state_prediction_loss" not in model.stats.means()  # each log starts afresh
     trained = {id(p) for g in model.configure_optimizers()[1].param_groups for p in g["params"]}
-    assert {id(p) for p in model.state_head.parameters()} <= trained  # the actor's optimizer trains the head
+    assert {id(p) for p in model.actor_terms["state_prediction"].head.parameters()} <= trained  # the actor's optimizer trains the head
     assert {id(p) for p in model.actor.encoder.parameters()} <= trained
-    assert not any(k.startswith("state_head") for k in model.actor.state_dict())  # not part of the policy
+    assert not any(k.startswith("actor_terms") for k in model.actor.state_dict())  # not part of the policy
 
 
 def test_random_shift_crops_the_edge_padded_image_at_an_offset_within_the_pad():
@@ -211,7 +211,7 @@ def test_pixel_run_with_a_privileged_critic_exports_an_actor_that_takes_frames_o
     frames = torch.randint(0, 255, (3, 4, 40, 40), dtype=torch.uint8)
     with torch.no_grad():
         assert torch.allclose(scripted(frames.float()), model.actor.eval()(frames), atol=1e-6)
-    assert not any("state_head" in name for name, _ in scripted.named_parameters())
+    assert not any("actor_terms" in name for name, _ in scripted.named_parameters())
     ort = pytest.importorskip("onnxruntime")
     from td3_lightning.export import export_onnx
 
@@ -236,19 +236,19 @@ def _constant_teacher(path, action: float) -> None:
 
 
 def test_teacher_term_is_the_squared_action_distance_in_half_ranges(tmp_path):
-    from td3_lightning.module import load_teacher
+    from td3_lightning.extensions.teacher import load_teacher
 
     _constant_teacher(tmp_path / "t.ckpt", 0.5)
     torch.manual_seed(0)
     model = TD3([2], [-2.0], [2.0], critic_obs_shape=[3], hidden_dims=[8],
                 teacher=str(tmp_path / "t.ckpt"), teacher_weight=3.0)
     with pytest.raises(UserInputError, match=r"acts in \[\[-1.0\], \[1.0\]\], this env in \[\[-2.0\], \[2.0\]\]"):
-        load_teacher(str(tmp_path / "t.ckpt"), model.hparams)
+        load_teacher(str(tmp_path / "t.ckpt"), model)
     model = TD3([2], [-1.0], [1.0], critic_obs_shape=[3], hidden_dims=[8],
                 teacher=str(tmp_path / "t.ckpt"), teacher_weight=3.0)
-    model._teacher = (load_teacher(model.hparams.teacher, model.hparams),)
+    model.actor_terms["teacher"].teacher = (load_teacher(model.hparams.teacher, model),)
     batch = {"obs": torch.randn(5, 2), "critic_obs": torch.randn(5, 3)}
-    assert torch.allclose(model._teacher[0](batch["critic_obs"]), torch.full((5, 1), 0.5))
+    assert torch.allclose(model.actor_terms["teacher"].teacher[0](batch["critic_obs"]), torch.full((5, 1), 0.5))
     actions = model.actor(batch["obs"])
     q = model.critic.q1(batch["critic_obs"], actions)
     assert torch.allclose(model.actor_loss(batch), -q.mean() + 3.0 * (actions - 0.5).pow(2).mean())
@@ -282,25 +282,25 @@ def test_teacher_options_out_of_range_get_one_line(kwargs, message):
 
 
 def test_teacher_that_reads_another_observation_or_no_file_gets_one_line(tmp_path):
-    from td3_lightning.module import load_teacher
+    from td3_lightning.extensions.teacher import load_teacher
 
     _constant_teacher(tmp_path / "t.ckpt", 0.5)
     model = TD3([2], [-1.0], [1.0], critic_obs_shape=[5], teacher=str(tmp_path / "t.ckpt"))
     with pytest.raises(UserInputError, match=r"reads observations of shape \[3\], but the privileged observation "
                                              r"has shape \[5\]"):
-        load_teacher(model.hparams.teacher, model.hparams)
+        load_teacher(model.hparams.teacher, model)
     with pytest.raises(UserInputError, match="model.teacher: checkpoint file not found: nowhere.ckpt"):
-        load_teacher("nowhere.ckpt", model.hparams)
+        load_teacher("nowhere.ckpt", model)
 
 
 def test_the_shipped_state_driver_teaches_the_pixel_actor_from_any_directory(tmp_path, monkeypatch):
-    from td3_lightning.module import load_teacher
+    from td3_lightning.extensions.teacher import load_teacher
 
     monkeypatch.chdir(tmp_path)  # the relative path is found beside the installed package
     env = CarRacingPixels(action_mode="steer_throttle", resize=40)
     model = TD3([4, 40, 40], env.action_space.low.tolist(), env.action_space.high.tolist(),
                 critic_obs_shape=[43], teacher="td3_lightning/checkpoints/car_random_tracks.ckpt")
-    teacher = load_teacher(model.hparams.teacher, model.hparams)
+    teacher = load_teacher(model.hparams.teacher, model)
     state, info = CarRacingState(action_mode="steer_throttle").reset(seed=3)
     shipped = TD3.load_from_checkpoint(SHIPPED, map_location="cpu")
     obs = torch.as_tensor(state)[None]

@@ -11,6 +11,7 @@ from conftest import quiet_trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
+from td3_lightning.extensions.resets import reset_networks
 
 ENV = "td3test/ConstantReward-v0"
 
@@ -133,13 +134,13 @@ def test_reset_networks_draws_fresh_weights_in_place_and_zeroes_adam(tmp_path):
     assert all(st["exp_avg_sq"].abs().sum() > 0 for o in optimizers for st in o.state.values())
     # the known answer: a new module built under the seed the module's own stream gives next
     stream = torch.Generator().manual_seed(0)
-    stream.set_state(model._noise_gen.get_state())
+    stream.set_state(model.random_stream.get_state())
     seed = int(torch.randint(2**62, (1,), generator=stream).item())
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         fresh = TD3(**{k: v for k, v in model.hparams.items() if not k.startswith("_")})
     trained = {k: v.clone() for k, v in model.state_dict().items()}
-    model.reset_networks()
+    reset_networks(model)
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, fresh.state_dict()[name]), name  # targets included: copies of the fresh networks
     assert not torch.equal(trained["actor.net.0.weight"], model.actor.net[0].weight)
@@ -149,7 +150,7 @@ def test_reset_networks_draws_fresh_weights_in_place_and_zeroes_adam(tmp_path):
         for st in o.state.values():
             assert all(float(v.abs().sum()) == 0.0 for v in st.values() if torch.is_tensor(v))
     second = {k: v.clone() for k, v in model.state_dict().items()}
-    model.reset_networks()  # the stream moved on: another draw
+    reset_networks(model)  # the stream moved on: another draw
     assert not torch.equal(second["critic.weights.0"], model.critic.weights[0])
 
 
@@ -259,7 +260,7 @@ def _train_weights(direct: bool | None, callbacks: list, steps: int = 60, **kw) 
 def test_direct_update_gives_the_hooked_path_bit_for_bit():
     direct, t_direct = _train_weights(True, [])
     hooked, t_hooked = _train_weights(False, [])
-    assert direct._direct and not hooked._direct
+    assert direct.stepper.direct and not hooked.stepper.direct
     assert t_direct.global_step == t_hooked.global_step == 60
     assert direct.num_actor_updates == hooked.num_actor_updates == 30
     a, b = direct.state_dict(), hooked.state_dict()
@@ -271,16 +272,16 @@ def test_direct_update_gives_the_hooked_path_bit_for_bit():
 
 def test_direct_update_is_chosen_only_when_no_hook_watches_the_update():
     model, _ = _train_weights(None, [], steps=10)
-    assert model._direct  # plain CPU, 32-bit: around the hooks
+    assert model.stepper.direct  # plain CPU, 32-bit: around the hooks
     watcher = _GradNormWatcher()
     model, _ = _train_weights(None, [watcher], steps=10)
-    assert not model._direct
+    assert not model.stepper.direct
     assert watcher.calls == 10 + 5  # every critic and every actor step reached the hook
     L.seed_everything(0)
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=500)
     model = small(dm)
     quiet_trainer(max_steps=5, precision="bf16-mixed", callbacks=[EnvLoop()]).fit(model, dm)
-    assert not model._direct  # mixed precision needs Lightning's backward (autocast, scaling)
+    assert not model.stepper.direct  # mixed precision needs Lightning's backward (autocast, scaling)
 
 
 def test_compiled_losses_train_like_eager():

@@ -1,0 +1,23 @@
+"""What TD3 does beyond the paper, each in its own file, plugged into the core at three seams.
+
+- :class:`ActorTerm` (``actor_terms.py``): a weighted term added to the actor's loss
+  ``-Q_1(s, pi(s))``, logged as ``train/<name>``: the preactivation penalty, state prediction,
+  the teacher.
+- :class:`BatchTransform`: a replay batch is passed through these before the update:
+  n-step returns, DrQ's random shifts.
+- :class:`StepHook`: called before every training step with its number: network resets, hard target updates.
+- :class:`AuxiliaryLoss`: a loss with its own optimizer, stepped on every replay batch before the critic:
+  SALE's encoder (``sale.py``).
+
+:func:`build_extensions` turns the module's hyperparameters into these parts; the module calls
+them at one place each (see ``docs/options.md``, "How to add an option").
+"""
+
+from __future__ import annotations
+
+from td3_lightning.extensions.base import (
+    ActorTerm, ActorTerms, ActorView, AuxiliaryLoss, BatchTransform, StepHook, critic_view)
+from td3_lightning.extensions.build import Extensions, build_extensions, check_extension_options
+
+__all__ = ["ActorTerm", "ActorTerms", "ActorView", "AuxiliaryLoss", "BatchTransform", "StepHook", "critic_view", "Extensions",
+           "build_extensions", "check_extension_options"]

@@ -1,0 +1,98 @@
+"""The module's hyperparameters -> its extensions: which part each option switches on, and their checks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from td3_lightning.errors import UserInputError
+from td3_lightning.extensions.actor_terms import PreactivationPenalty, StatePrediction
+from td3_lightning.extensions.base import ActorTerms, BatchTransform, StepHook
+from td3_lightning.extensions.batch_transforms import NStepReturn, RandomShift
+from td3_lightning.extensions.resets import NetworkResets
+from td3_lightning.extensions.sale import HardTargetUpdates, SALETraining
+from td3_lightning.extensions.teacher import Teacher
+from td3_lightning.networks import Networks
+
+
+class Extensions(nn.Module):
+    """The parts beyond the paper a module is built with, by seam: actor-loss terms and auxiliary losses
+    (modules: their parameters are trained and saved), batch transforms and step hooks."""
+
+    def __init__(self, actor_terms: ActorTerms, auxiliary_losses: nn.ModuleDict,
+                 batch_transforms: list[BatchTransform], step_hooks: list[StepHook]) -> None:
+        super().__init__()
+        self.actor_terms, self.auxiliary_losses = actor_terms, auxiliary_losses
+        self.batch_transforms, self.step_hooks = batch_transforms, step_hooks
+
+    def transform(self, batch: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
+        """``batch`` through every batch transform, in order."""
+        for transform in self.batch_transforms:
+            batch = transform(batch, generator)
+        return batch
+
+    def before_step(self, module: Any, step: int) -> None:
+        for hook in self.step_hooks:
+            hook.before_step(module, step)
+
+    def on_fit_start(self, module: Any) -> None:
+        for term in self.actor_terms.values():
+            term.on_fit_start(module)
+
+    def on_train_start(self, module: Any) -> None:
+        for hook in self.step_hooks:
+            hook.on_train_start(module)
+
+
+def build_extensions(hp: Mapping[str, Any], networks: Networks) -> Extensions:
+    """The extensions that ``hp`` (the module's hyperparameters) switch on, for its ``networks``."""
+    terms = ActorTerms({"preactivation_penalty": PreactivationPenalty(hp["preactivation_penalty"])})
+    actor_encoder = networks.actor.encoder
+    if hp["critic_obs_shape"] is not None and actor_encoder is not None and hp["state_prediction"] > 0:
+        terms["state_prediction"] = StatePrediction(hp["state_prediction"], actor_encoder.out_dim,
+                                                    int(hp["critic_obs_shape"][0]))
+    if hp["teacher"]:
+        terms["teacher"] = Teacher(hp["teacher_weight"], hp["teacher"])
+    transforms: list[BatchTransform] = [NStepReturn(hp["gamma"])]
+    if hp["random_shift"]:
+        transforms.append(RandomShift(hp["random_shift"]))
+    hooks: list[StepHook] = [NetworkResets(hp["reset_steps"])] if hp["reset_steps"] else []
+    auxiliary = nn.ModuleDict()
+    if networks.embedding is not None:
+        auxiliary["embedding"] = SALETraining(networks.embedding, hp["embedding_lr"])
+    if hp["target_update_every"]:
+        hooks.append(HardTargetUpdates(hp["target_update_every"], networks.fixed_embedding, networks.embedding))
+    return Extensions(terms, auxiliary, transforms, hooks)
+
+
+def check_extension_options(hp: Mapping[str, Any]) -> None:
+    """One clear line for an extension option out of range."""
+    resets = hp["reset_steps"]
+    rules = [
+        (hp["state_prediction"] >= 0, f"model.state_prediction must be >= 0 (0 = off), got {hp['state_prediction']}"),
+        (hp["teacher"] is None or hp["critic_obs_shape"] is not None,
+         "model.teacher needs a privileged observation for the teacher to read: set data.privileged_critic true "
+         "(with an env that offers info['privileged_obs'])"),
+        (hp["teacher_weight"] >= 0, f"model.teacher_weight must be >= 0, got {hp['teacher_weight']}"),
+        (hp["preactivation_penalty"] >= 0,
+         f"model.preactivation_penalty must be >= 0 (0 = off), got {hp['preactivation_penalty']}"),
+        (isinstance(resets, (list, tuple))
+         and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in resets),
+         f"model.reset_steps must be training steps >= 1, e.g. [60000], got {resets}"),
+        (hp["random_shift"] >= 0, f"model.random_shift must be >= 0 pixels (0 = off), got {hp['random_shift']}"),
+        (hp["embedding_dim"] >= 0, f"model.embedding_dim must be >= 0 (0 = off), got {hp['embedding_dim']}"),
+        (hp["embedding_lr"] > 0, f"model.embedding_lr must be > 0, got {hp['embedding_lr']}"),
+        (not hp["embedding_dim"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
+         "model.embedding_dim needs vector observations and no privileged critic; set model.embedding_dim 0"),
+        (not hp["embedding_dim"] or hp["target_update_every"] > 0,
+         "model.embedding_dim refreshes the fixed encoder at each hard target update: set "
+         "model.target_update_every (TD7: 250)"),
+        (hp["target_update_every"] >= 0,
+         f"model.target_update_every must be >= 0 (0 = Polyak), got {hp['target_update_every']}"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise UserInputError(message)

@@ -1,0 +1,44 @@
+"""SALE's encoder training (``model.embedding_dim``) and the hard target updates of TD7
+(``model.target_update_every``): the encoder learns to predict the next state's embedding on every
+replay batch; at each target update the fixed encoder that actor and critics read takes its weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from td3_lightning.embeddings import FixedEncoder, SALEEncoder
+from td3_lightning.extensions.base import AuxiliaryLoss, StepHook
+
+
+class SALETraining(AuxiliaryLoss):
+    """``mean (g(f(s), a) - f(s'))^2`` of the trained encoder, logged as ``train/embedding_loss``."""
+
+    name = "embedding_loss"
+
+    def __init__(self, encoder: SALEEncoder, lr: float) -> None:
+        super().__init__(lr)
+        self.encoder = encoder
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.encoder.loss(batch["obs"], batch["action"], batch["next_obs"])
+
+
+class HardTargetUpdates(StepHook):
+    """Every ``every`` training steps: the targets become copies of their networks, then the fixed
+    encoder (if any) takes the trained encoder's weights (TD7's order)."""
+
+    def __init__(self, every: int, fixed: FixedEncoder | None = None, encoder: SALEEncoder | None = None) -> None:
+        self.every, self.fixed, self.encoder = int(every), fixed, encoder
+
+    def before_step(self, module: Any, step: int) -> None:
+        if step == 0 or step % self.every:
+            return
+        with torch.no_grad():
+            for target, online in ((module.actor_target, module.actor), (module.critic_target, module.critic)):
+                for t, o in zip(target.parameters(), online.parameters()):
+                    t.copy_(o)
+        if self.fixed is not None and self.encoder is not None:
+            self.fixed.refresh(self.encoder)
