@@ -25,7 +25,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from td3_lightning import commands
-from td3_lightning._lightning import LightningCLIHooks, cli_option_names
+from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
 from td3_lightning.callbacks import RLProgressBar, TestReport
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
@@ -183,10 +183,10 @@ class TD3CLI(LightningCLIHooks):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
         self._check_against_env()  # model and datamodule exist now; nothing is written yet
-        seed = self._get(self.config, "seed_everything")
+        seed = cli_config_value(self, self.config, "seed_everything")
         if seed is not False and seed is not None:
             _SEED_LOG.info(f"Seed set to {seed}")
-        config = self._get(self.config_init, "trainer", default={})
+        config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
             kwargs["logger"] = TensorBoardLogger(save_dir=config.get("default_root_dir") or os.getcwd(),
