@@ -9,7 +9,6 @@ checkpoints) printed as one line.
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import os
 import re
@@ -36,7 +35,7 @@ from td3_lightning.checkpointing import (
     with_atomic_checkpoint_io,
 )
 from td3_lightning.data import ReplayDataModule
-from td3_lightning.errors import UserInputError
+from td3_lightning.errors import UserInputError, did_you_mean
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve
@@ -218,14 +217,6 @@ def _clean_type(text: str) -> str:
     return text.replace("NoneType", "None")
 
 
-def _suggest(name: str, choices: list[str]) -> str:
-    """A close match among ``choices``: same group (``model.``), similar last part."""
-    group, _, last = name.rpartition(".")
-    siblings = {c.rpartition(".")[2]: c for c in choices if c.rpartition(".")[0] == group}
-    close = difflib.get_close_matches(last, list(siblings), n=1, cutoff=0.7)
-    return f" (did you mean {siblings[close[0]]}?)" if close else ""
-
-
 def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
     """jsonargparse's (often multi-line) parse error as one line that names the key."""
     options = options or []
@@ -235,12 +226,12 @@ def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
     if first.startswith("unrecognized arguments:"):
         names = [a.split("=", 1)[0] for a in first.split(":", 1)[1].split() if a.startswith("-")]
         name = names[0] if names else first.split(":", 1)[1].strip()
-        return f"unknown option {name}{_suggest(name, options)}; --help lists the options"
+        return f"unknown option {name}{did_you_mean(name, options)}; --help lists the options"
     unknown = re.match(r"(?:Group|Subcommand) '([^']*)' does not accept option '([^']*)'", first)
     if unknown:
         group, key = unknown.groups()
         key = key if "." in key or group in ("fit", "validate", "test", "predict") else f"{group}.{key}"
-        return f"unknown key {key} in the configuration{_suggest(key, keys)}; --help lists the options"
+        return f"unknown key {key} in the configuration{did_you_mean(key, keys)}; --help lists the options"
     keyed = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
     if keyed:
         key, rest = keyed.group(1), keyed.group(2)

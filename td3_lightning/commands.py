@@ -5,7 +5,7 @@ Kept free of Lightning imports: the listing and the unknown-subcommand error nee
 
 from __future__ import annotations
 
-import difflib
+from td3_lightning.errors import did_you_mean
 
 PROG = "python -m td3_lightning"
 
@@ -51,8 +51,7 @@ def listing() -> str:
 
 def unknown_subcommand(name: str) -> str:
     """The one-line error for a first argument that names no subcommand."""
-    close = difflib.get_close_matches(name, list(SUBCOMMANDS), n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    hint = did_you_mean(name, list(SUBCOMMANDS), cutoff=0.6)
     return (f"unknown subcommand '{name}'{hint}; the subcommands are {', '.join(SUBCOMMANDS)} "
             f"({PROG} --help describes them)")
 

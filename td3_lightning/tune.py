@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 import yaml
 
-from td3_lightning.errors import UserInputError
+from td3_lightning._lightning import cli_option_names
+from td3_lightning.errors import UserInputError, did_you_mean
 
 if TYPE_CHECKING:
     import optuna
@@ -204,18 +205,16 @@ def _parse_only_class() -> type:
 
 
 def _fit_options(cli: Any) -> list[str]:
-    return sorted(o[2:] for o in cli.parser._option_string_actions if o.startswith("--") and "." in o)
+    return sorted(o[2:] for o in cli_option_names(cli, []) if "." in o)
 
 
 def check_space(cli: Any, base: list[str], space: dict[str, dict[str, Any]]) -> None:
     """Every name of ``space`` a fit option, every bound and choice a value the fit parser takes."""
-    from td3_lightning.cli import _suggest
-
     options = _fit_options(cli)
     for name, entry in space.items():
         if name not in options:
             raise UserInputError(
-                f"space entry {name}: no fit option of that name{_suggest(name, options)}; "
+                f"space entry {name}: no fit option of that name{did_you_mean(name, options)}; "
                 "the names are fit options as --help lists them without the dashes, e.g. model.actor_lr"
             )
         for value in _bounds(entry):
