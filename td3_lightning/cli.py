@@ -278,8 +278,8 @@ def _bundled(path: str) -> str:
 
 DESCRIPTION = (
     "TD3 reinforcement learning as a PyTorch Lightning trainer: fit, validate and test take a config "
-    "(e.g. --config car.yaml) and any override. `python -m td3_lightning export --help` exports a checkpoint's "
-    "policy (slim checkpoint, TorchScript or ONNX); `python -m td3_lightning tune --help` searches hyperparameters."
+    f"(e.g. --config car.yaml) and any override. `{commands.PROG} export --help` exports a checkpoint's "
+    f"policy (slim checkpoint, TorchScript or ONNX); `{commands.PROG} tune --help` searches hyperparameters."
 )
 
 
@@ -290,7 +290,7 @@ def cli_kwargs() -> dict[str, Any]:
         "save_config_kwargs": {"overwrite": True},
         "auto_configure_optimizers": False,
         # parse errors are raised, and printed as one line by main, instead of a usage dump
-        "parser_kwargs": {"prog": "python -m td3_lightning", "exit_on_error": False, "description": DESCRIPTION},
+        "parser_kwargs": {"prog": commands.PROG, "exit_on_error": False, "description": DESCRIPTION},
     }
 
 
@@ -320,7 +320,7 @@ def main(args: list[str] | None = None) -> None:
         export_main(argv[1:])
         return
     if argv[0] == "tune":  # it drives this command line, so it runs above it
-        print("error: tune is dispatched by td3_lightning.__main__.main (python -m td3_lightning tune ...)",
+        print(f"error: tune is dispatched by td3_lightning.__main__.main ({commands.PROG} tune ...)",
               file=sys.stderr)
         sys.exit(2)
     if not argv[0].startswith("-") and argv[0] not in commands.TRAINER_SUBCOMMANDS:

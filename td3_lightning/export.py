@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from td3_lightning.checkpointing import SLIM_KEYS, atomic_path, check_checkpoint, find_run_checkpoint, slim_checkpoint
+from td3_lightning.commands import PROG
 from td3_lightning.errors import UserInputError
 
 __all__ = ["SLIM_KEYS", "slim_checkpoint", "export_torchscript", "export_onnx", "main"]
@@ -71,7 +72,7 @@ EXPORTERS = {"slim": slim_checkpoint, "torchscript": export_torchscript, "onnx":
 
 
 def main(args: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m td3_lightning export", description=__doc__,
+    parser = argparse.ArgumentParser(prog=f"{PROG} export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt_path", default="best",
                         help="the checkpoint to export from; best (default) or last: the newest run's under "
