@@ -61,6 +61,27 @@ CHECKPOINT_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: Warnings that say nothing a user can act on, hidden by the command line (importing the package
+#: changes no warning filter): the target networks stay in eval mode; the endless replay stream
+#: reports a length so that Lightning samples each batch right before it is used; checkpoints hold
+#: the state after the step's optimizer updates, which is what resuming needs; a deprecation inside
+#: Lightning's own code; the resolved arguments are passed to LightningCLI explicitly (they are
+#: sys.argv's, not a second set).
+EXPECTED_WARNINGS = (
+    r"Found \d+ module\(s\) in eval mode",
+    r"Your `IterableDataset` has `__len__` defined",
+    r".*isinstance\(treespec, LeafSpec\)",
+    r"Using ModelCheckpoint with manual optimization",
+    r"LightningCLI's args parameter is intended",
+)
+
+
+def ignore_expected_warnings() -> None:
+    """Hide :data:`EXPECTED_WARNINGS` in this process (what every subcommand does first)."""
+    for message in EXPECTED_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+
+
 _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")
 
 # --ckpt_path values that Lightning resolves itself (besides "last" and "best", which the CLI resolves)
@@ -306,8 +327,7 @@ def _end_process_group() -> None:
 def main(args: list[str] | None = None) -> None:
     """The command line for ``fit``, ``validate``, ``test`` and ``export`` (``python -m td3_lightning``,
     i.e. :func:`td3_lightning.__main__.main`, adds ``tune``)."""
-    # the resolved arguments are passed explicitly; they are sys.argv's, not a second set
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    ignore_expected_warnings()
     argv = sys.argv[1:] if args is None else list(args)
     if not argv or argv[0] in ("-h", "--help"):  # the listing of the subcommands
         print(commands.listing(), file=sys.stdout if argv else sys.stderr)

@@ -176,11 +176,11 @@ def _bounds(entry: dict[str, Any]) -> list[Any]:
 # ----------------------------------------------------------------------------- the command line machinery
 def _build_cli(args: list[str], callbacks: list[L.Callback] | None = None, instantiate: bool = True) -> Any:
     """A :class:`TD3CLI` for ``args`` (fit options, no subcommand), built as ``main`` builds it."""
-    from td3_lightning.cli import TD3CLI, cli_kwargs
+    from td3_lightning.cli import TD3CLI, cli_kwargs, ignore_expected_warnings
     from td3_lightning.data import ReplayDataModule
     from td3_lightning.module import TD3
 
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")  # as main() does
+    ignore_expected_warnings()  # as the fit command does
     kwargs = cli_kwargs()
     if callbacks:
         kwargs["trainer_defaults"]["callbacks"] = list(callbacks)
