@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+
 import imageio.v2 as imageio
 import lightning as L
 import pytest
@@ -132,3 +136,53 @@ def test_an_env_that_cannot_render_here_costs_the_videos_not_the_training(tmp_pa
     with pytest.raises(UserInputError, match=r"^data.record_test: td3test/NoDisplay-v0 cannot render frames here "
                                              r"\(RuntimeError: .*\); for MuJoCo .*, or set data.record_test 0$"):
         quiet_trainer().test(model, dm)
+
+
+def _export(args: list[str], cwd, cli_env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "td3_lightning", "export", *args], cwd=cwd, env=cli_env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def _snapshot(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("out, overwrite", [("run.ckpt", False), ("run.ckpt", True), ("./sub/../run.ckpt", True),
+                                            ("link.ckpt", True)],
+                         ids=["same-name", "same-name-overwrite", "other-spelling", "symlink"])
+def test_export_refuses_to_write_over_its_own_checkpoint(out, overwrite, pendulum_ckpt, tmp_path, cli_env):
+    shutil.copy(pendulum_ckpt, tmp_path / "run.ckpt")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.ckpt").symlink_to(tmp_path / "run.ckpt")
+    before = _snapshot(tmp_path)
+    proc = _export(["--ckpt_path", "run.ckpt", "--out", out, *(["--overwrite"] if overwrite else [])], tmp_path, cli_env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr == (f"error: --out {out} is the checkpoint being exported (--ckpt_path run.ckpt); "
+                           "write the export to another file\n")
+    assert _snapshot(tmp_path) == before  # the full checkpoint byte for byte, nothing new
+    assert (tmp_path / "link.ckpt").is_symlink()
+
+
+def test_export_replaces_an_existing_file_only_with_overwrite(pendulum_ckpt, tmp_path, cli_env):
+    (tmp_path / "policy.ckpt").write_bytes(b"an earlier export")
+    before = _snapshot(tmp_path)
+    args = ["--ckpt_path", str(pendulum_ckpt), "--out", "policy.ckpt"]
+    refused = _export(args, tmp_path, cli_env)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr == "error: --out policy.ckpt exists; pass --overwrite to replace it, or choose another --out\n"
+    assert _snapshot(tmp_path) == before
+
+    replaced = _export([*args, "--overwrite"], tmp_path, cli_env)
+    assert replaced.returncode == 0, replaced.stderr[-2000:]
+    assert list(_snapshot(tmp_path)) == ["policy.ckpt"]  # no temporary file left behind
+    slim = torch.load(tmp_path / "policy.ckpt", weights_only=True)
+    assert "state_dict" in slim and "optimizer_states" not in slim
+
+
+def test_export_to_a_folder_is_one_line_and_writes_nothing(pendulum_ckpt, tmp_path, cli_env):
+    (tmp_path / "exports").mkdir()
+    proc = _export(["--ckpt_path", str(pendulum_ckpt), "--out", "exports", "--overwrite"], tmp_path, cli_env)
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: --out exports is a folder; give the file to write, e.g. --out "
+                           "exports/policy.ckpt\n")
+    assert _snapshot(tmp_path) == {}
