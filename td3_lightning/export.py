@@ -36,12 +36,13 @@ from td3_lightning.errors import UserInputError
 __all__ = ["SLIM_KEYS", "slim_checkpoint", "export_torchscript", "export_onnx", "check_out", "main"]
 
 def _actor_and_example(src: str | Path) -> tuple[torch.nn.Module, Tensor]:
-    """The checked checkpoint's actor in eval mode, and a zero observation batch (2 rows) to trace it with."""
+    """The checked checkpoint's actor for inference (eval mode, weights that need no gradient: its
+    actions do not require grad), and a zero observation batch (2 rows) to trace it with."""
     from td3_lightning.module import TD3
 
     check_checkpoint(src)
     model = TD3.load_from_checkpoint(src, map_location="cpu")
-    return model.actor.eval(), torch.zeros(2, *model.hparams.obs_shape)
+    return model.actor.eval().requires_grad_(False), torch.zeros(2, *model.hparams.obs_shape)
 
 
 def export_torchscript(src: str | Path, out: str | Path) -> Path:

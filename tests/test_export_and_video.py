@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+import gymnasium as gym
 import imageio.v2 as imageio
 import lightning as L
 import pytest
@@ -186,3 +190,22 @@ def test_export_to_a_folder_is_one_line_and_writes_nothing(pendulum_ckpt, tmp_pa
     assert proc.stderr == ("error: --out exports is a folder; give the file to write, e.g. --out "
                            "exports/policy.ckpt\n")
     assert _snapshot(tmp_path) == {}
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_the_readmes_torchscript_line_gives_an_action_for_env_step(pendulum_ckpt, tmp_path, monkeypatch):
+    """An exported actor is for inference: its actions need no grad, so env.step takes them as they are."""
+    line = re.search(r'`(torch\.jit\.load\("actor\.pt"\)\(.*?\)\[0\])`', README.read_text()).group(1)
+    export_torchscript(pendulum_ckpt, tmp_path / "actor.pt")
+    monkeypatch.chdir(tmp_path)
+    env = gym.make("Pendulum-v1")
+    obs, _ = env.reset(seed=0)
+    action = eval(line, {"torch": torch, "obs": obs})  # the README's line as written
+    assert isinstance(action, torch.Tensor) and action.shape == (1,)
+    assert action.requires_grad is False
+    assert bool(((action >= -2.0) & (action <= 2.0)).all())  # Pendulum's torque bounds
+    next_obs, reward, *_ = env.step(action)
+    assert next_obs.shape == (3,) and math.isfinite(float(reward))
+    env.close()
