@@ -1,13 +1,14 @@
 """Export a trained policy from a checkpoint.
 
-    python -m td3_lightning export --out policy.ckpt              # the newest run's best checkpoint, slim
-    python -m td3_lightning export --ckpt_path last.ckpt --out policy.ckpt                 # slim checkpoint
-    python -m td3_lightning export --ckpt_path last.ckpt --out actor.pt --format torchscript
-    python -m td3_lightning export --ckpt_path last.ckpt --out actor.onnx --format onnx
+    python -m td3_lightning export --out policy.ckpt                    # the newest run's best checkpoint, slim
+    python -m td3_lightning export --ckpt_path last --out policy.ckpt   # the newest run's last.ckpt, slim
+    python -m td3_lightning export --ckpt_path last --out actor.pt --format torchscript
+    python -m td3_lightning export --ckpt_path path/to/run.ckpt --out actor.onnx --format onnx
 
 (``python -m td3_lightning.export ...`` is the same command.) ``--ckpt_path`` defaults to ``best``: the
 newest best checkpoint by ``val/return`` under ``./lightning_logs/*/checkpoints/``; ``last`` is the newest
-``last.ckpt`` there.
+``last.ckpt`` there; anything else is a checkpoint file. An existing ``--out`` is replaced only with
+``--overwrite``, and never when it is the checkpoint being exported.
 
 ``slim`` keeps only what ``test``, ``validate`` and ``TD3.load_from_checkpoint`` need
 (network weights, hyperparameters, the td3_lightning section): no optimizer state, no
@@ -92,8 +93,8 @@ def main(args: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"{PROG} export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt_path", default="best",
-                        help="the checkpoint to export from; best (default) or last: the newest run's under "
-                        "./lightning_logs")
+                        help="the checkpoint to export from: best (default) or last, the newest run's under "
+                        "./lightning_logs, or a checkpoint file")
     parser.add_argument("--out", required=True, help="the file to write; an existing one only with --overwrite")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out if it exists (never the checkpoint being exported)")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -209,3 +211,21 @@ def test_the_readmes_torchscript_line_gives_an_action_for_env_step(pendulum_ckpt
     next_obs, reward, *_ = env.step(action)
     assert next_obs.shape == (3,) and math.isfinite(float(reward))
     env.close()
+
+
+def test_the_readmes_export_lines_run_as_written_where_a_run_is(pendulum_ckpt, tmp_path, cli_env):
+    checkpoints = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    shutil.copy(pendulum_ckpt, checkpoints / "last.ckpt")
+    shutil.copy(pendulum_ckpt, checkpoints / "best-step50.ckpt")
+    commands = [shlex.split(line, comments=True)[3:] for line in README.read_text().splitlines()
+                if line.startswith("python -m td3_lightning export ")]
+    assert [c[c.index("--out") + 1] for c in commands] == ["policy.ckpt", "actor.pt", "actor.onnx"]
+    for command in commands:
+        if "onnx" in command and importlib.util.find_spec("onnx") is None:
+            continue  # the onnx extra
+        proc = _export(command[1:], tmp_path, cli_env)
+        assert proc.returncode == 0, (command, proc.stderr[-2000:])
+        assert f"wrote {command[command.index('--out') + 1]}" in proc.stdout
+    assert TD3.load_from_checkpoint(tmp_path / "policy.ckpt").hparams.obs_shape == [3]
+    assert torch.jit.load(str(tmp_path / "actor.pt"))(torch.zeros(1, 3)).shape == (1, 1)
