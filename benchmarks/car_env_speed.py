@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from td3_lightning.envs.car_racing import register_envs  # noqa: E402
+from td3_lightning.registration import register_envs  # noqa: E402
 
 
 def random_actions(n: int, seed: int) -> np.ndarray:

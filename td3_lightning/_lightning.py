@@ -85,6 +85,12 @@ class LightningCLIHooks(LightningCLI):
         return super()._instantiate_trainer(config, self.trainer_callbacks(config, callbacks))
 
 
+def cli_config_value(cli: LightningCLI, config: Any, key: str, default: Any = None) -> Any:
+    """``key`` of ``config`` (a parsed or instantiated config), read inside the running subcommand's
+    section when there is one (``LightningCLI._get``)."""
+    return cli._get(config, key, default=default)
+
+
 def cli_option_names(cli: LightningCLI, args: Any) -> list[str]:
     """Every ``--option`` of the subcommand named in ``args`` (LightningCLI's
     ``_subcommand_parsers``, argparse's ``_option_string_actions``), for "did you mean"."""

@@ -268,11 +268,6 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------------------ finding a run's checkpoints
-def find_last_checkpoint(config: Any) -> Path:
-    """The newest ``last.ckpt`` that a run with this configuration writes (see :func:`find_run_checkpoint`)."""
-    return find_run_checkpoint(config, "last")
-
-
 def find_run_checkpoint(config: Any, kind: str) -> Path:
     """The newest ``last.ckpt`` (``kind`` ``last``) or best checkpoint by ``val/return``
     (``kind`` ``best``: named by ``checkpoint.filename``, ``best-step*.ckpt`` by default) that a

@@ -9,7 +9,6 @@ checkpoints) printed as one line.
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import os
 import re
@@ -25,7 +24,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from td3_lightning import commands
-from td3_lightning._lightning import LightningCLIHooks, cli_option_names
+from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
 from td3_lightning.callbacks import RLProgressBar, TestReport
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
@@ -36,7 +35,7 @@ from td3_lightning.checkpointing import (
     with_atomic_checkpoint_io,
 )
 from td3_lightning.data import ReplayDataModule
-from td3_lightning.errors import UserInputError
+from td3_lightning.errors import UserInputError, did_you_mean
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve
@@ -60,6 +59,27 @@ CHECKPOINT_DEFAULTS: dict[str, Any] = {
     "checkpoint.filename": BEST_FILENAME,
     "checkpoint.auto_insert_metric_name": False,
 }
+
+
+#: Warnings that say nothing a user can act on, hidden by the command line (importing the package
+#: changes no warning filter): the target networks stay in eval mode; the endless replay stream
+#: reports a length so that Lightning samples each batch right before it is used; checkpoints hold
+#: the state after the step's optimizer updates, which is what resuming needs; a deprecation inside
+#: Lightning's own code; the resolved arguments are passed to LightningCLI explicitly (they are
+#: sys.argv's, not a second set).
+EXPECTED_WARNINGS = (
+    r"Found \d+ module\(s\) in eval mode",
+    r"Your `IterableDataset` has `__len__` defined",
+    r".*isinstance\(treespec, LeafSpec\)",
+    r"Using ModelCheckpoint with manual optimization",
+    r"LightningCLI's args parameter is intended",
+)
+
+
+def ignore_expected_warnings() -> None:
+    """Hide :data:`EXPECTED_WARNINGS` in this process (what every subcommand does first)."""
+    for message in EXPECTED_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
 
 
 _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")
@@ -183,10 +203,10 @@ class TD3CLI(LightningCLIHooks):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
         self._check_against_env()  # model and datamodule exist now; nothing is written yet
-        seed = self._get(self.config, "seed_everything")
+        seed = cli_config_value(self, self.config, "seed_everything")
         if seed is not False and seed is not None:
             _SEED_LOG.info(f"Seed set to {seed}")
-        config = self._get(self.config_init, "trainer", default={})
+        config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
             kwargs["logger"] = TensorBoardLogger(save_dir=config.get("default_root_dir") or os.getcwd(),
@@ -218,14 +238,6 @@ def _clean_type(text: str) -> str:
     return text.replace("NoneType", "None")
 
 
-def _suggest(name: str, choices: list[str]) -> str:
-    """A close match among ``choices``: same group (``model.``), similar last part."""
-    group, _, last = name.rpartition(".")
-    siblings = {c.rpartition(".")[2]: c for c in choices if c.rpartition(".")[0] == group}
-    close = difflib.get_close_matches(last, list(siblings), n=1, cutoff=0.7)
-    return f" (did you mean {siblings[close[0]]}?)" if close else ""
-
-
 def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
     """jsonargparse's (often multi-line) parse error as one line that names the key."""
     options = options or []
@@ -235,12 +247,12 @@ def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
     if first.startswith("unrecognized arguments:"):
         names = [a.split("=", 1)[0] for a in first.split(":", 1)[1].split() if a.startswith("-")]
         name = names[0] if names else first.split(":", 1)[1].strip()
-        return f"unknown option {name}{_suggest(name, options)}; --help lists the options"
+        return f"unknown option {name}{did_you_mean(name, options)}; --help lists the options"
     unknown = re.match(r"(?:Group|Subcommand) '([^']*)' does not accept option '([^']*)'", first)
     if unknown:
         group, key = unknown.groups()
         key = key if "." in key or group in ("fit", "validate", "test", "predict") else f"{group}.{key}"
-        return f"unknown key {key} in the configuration{_suggest(key, keys)}; --help lists the options"
+        return f"unknown key {key} in the configuration{did_you_mean(key, keys)}; --help lists the options"
     keyed = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
     if keyed:
         key, rest = keyed.group(1), keyed.group(2)
@@ -287,8 +299,8 @@ def _bundled(path: str) -> str:
 
 DESCRIPTION = (
     "TD3 reinforcement learning as a PyTorch Lightning trainer: fit, validate and test take a config "
-    "(e.g. --config car.yaml) and any override. `python -m td3_lightning export --help` exports a checkpoint's "
-    "policy (slim checkpoint, TorchScript or ONNX); `python -m td3_lightning tune --help` searches hyperparameters."
+    f"(e.g. --config car.yaml) and any override. `{commands.PROG} export --help` exports a checkpoint's "
+    f"policy (slim checkpoint, TorchScript or ONNX); `{commands.PROG} tune --help` searches hyperparameters."
 )
 
 
@@ -299,7 +311,7 @@ def cli_kwargs() -> dict[str, Any]:
         "save_config_kwargs": {"overwrite": True},
         "auto_configure_optimizers": False,
         # parse errors are raised, and printed as one line by main, instead of a usage dump
-        "parser_kwargs": {"prog": "python -m td3_lightning", "exit_on_error": False, "description": DESCRIPTION},
+        "parser_kwargs": {"prog": commands.PROG, "exit_on_error": False, "description": DESCRIPTION},
     }
 
 
@@ -315,8 +327,7 @@ def _end_process_group() -> None:
 def main(args: list[str] | None = None) -> None:
     """The command line for ``fit``, ``validate``, ``test`` and ``export`` (``python -m td3_lightning``,
     i.e. :func:`td3_lightning.__main__.main`, adds ``tune``)."""
-    # the resolved arguments are passed explicitly; they are sys.argv's, not a second set
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    ignore_expected_warnings()
     argv = sys.argv[1:] if args is None else list(args)
     if not argv or argv[0] in ("-h", "--help"):  # the listing of the subcommands
         print(commands.listing(), file=sys.stdout if argv else sys.stderr)
@@ -329,7 +340,7 @@ def main(args: list[str] | None = None) -> None:
         export_main(argv[1:])
         return
     if argv[0] == "tune":  # it drives this command line, so it runs above it
-        print("error: tune is dispatched by td3_lightning.__main__.main (python -m td3_lightning tune ...)",
+        print(f"error: tune is dispatched by td3_lightning.__main__.main ({commands.PROG} tune ...)",
               file=sys.stderr)
         sys.exit(2)
     if not argv[0].startswith("-") and argv[0] not in commands.TRAINER_SUBCOMMANDS:

@@ -5,7 +5,7 @@ Kept free of Lightning imports: the listing and the unknown-subcommand error nee
 
 from __future__ import annotations
 
-import difflib
+from td3_lightning.errors import did_you_mean
 
 PROG = "python -m td3_lightning"
 
@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "test": ("play the test episodes with a checkpoint's policy and write test_results.json",
              "test --config pendulum.yaml --ckpt_path last --data.test_episodes 100"),
     "export": ("write a checkpoint's policy as a slim checkpoint, TorchScript or ONNX",
-               "export --ckpt_path last.ckpt --out actor.onnx --format onnx"),
+               "export --ckpt_path last --out actor.onnx --format onnx"),
     "tune": ("search hyperparameters with Optuna, each trial a short fit (needs td3_lightning[tune])",
              "tune --config pendulum.yaml --n_trials 20 --trainer.max_steps 5000"),
 }
@@ -51,8 +51,7 @@ def listing() -> str:
 
 def unknown_subcommand(name: str) -> str:
     """The one-line error for a first argument that names no subcommand."""
-    close = difflib.get_close_matches(name, list(SUBCOMMANDS), n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    hint = did_you_mean(name, list(SUBCOMMANDS), cutoff=0.6)
     return (f"unknown subcommand '{name}'{hint}; the subcommands are {', '.join(SUBCOMMANDS)} "
             f"({PROG} --help describes them)")
 

@@ -1,4 +1,8 @@
-"""The one exception type for bad user input."""
+"""The one exception type for bad user input, and the "did you mean" hint of its messages."""
+
+from __future__ import annotations
+
+import difflib
 
 
 class UserInputError(Exception):
@@ -13,3 +17,12 @@ class NonFiniteError(UserInputError):
     """A NaN or an infinity in what the environment returned, in a training loss or in the
     weights. Training stops with one line naming the quantity and the step; no checkpoint
     with non-finite weights is ever written."""
+
+
+def did_you_mean(name: str, choices: list[str], cutoff: float = 0.7) -> str:
+    """`` (did you mean <choice>?)`` for the closest of ``choices`` in ``name``'s dotted group (``model.``
+    matches ``model.*`` only) by its last part; ``""`` when none is close enough."""
+    group, _, last = name.rpartition(".")
+    siblings = {c.rpartition(".")[2]: c for c in choices if c.rpartition(".")[0] == group}
+    close = difflib.get_close_matches(last, list(siblings), n=1, cutoff=cutoff)
+    return f" (did you mean {siblings[close[0]]}?)" if close else ""

@@ -51,11 +51,6 @@ class LossGuard:
         self._steps[slot] = torch.where(hit, step, self._steps[slot])
         self._values[slot] = torch.where(hit, loss.detach().float(), self._values[slot])
 
-    @property
-    def pending(self) -> bool:
-        """Whether recorded losses wait for :meth:`raise_recorded`."""
-        return self._steps is not None
-
     def raise_recorded(self, action: str = "") -> None:
         """Raise :class:`NonFiniteError` for the first recorded non-finite loss, if any (one host sync)."""
         if self._steps is None or self._values is None:

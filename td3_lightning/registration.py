@@ -18,17 +18,12 @@ ENTRY_POINTS = {
 }
 
 
-def register_car_env(env_id: str, entry_point: str) -> None:
-    """Register a CarRacing env with gymnasium (safe to call repeatedly).
-
-    Registered without ``max_episode_steps``: the env truncates after 1000 physics frames
-    by itself (see :class:`~td3_lightning.envs.car_racing.CarRacingState`).
-    """
-    if env_id not in gym.registry:
-        gym.register(id=env_id, entry_point=entry_point, max_episode_steps=None, reward_threshold=900)
-
-
 def register_envs() -> None:
-    """Register every env of :data:`ENTRY_POINTS` (idempotent)."""
+    """Register every env of :data:`ENTRY_POINTS` with gymnasium (idempotent).
+
+    Registered without ``max_episode_steps``: the envs truncate after 1000 physics frames by
+    themselves (see :class:`~td3_lightning.envs.car_racing.CarRacingState`).
+    """
     for env_id, entry_point in ENTRY_POINTS.items():
-        register_car_env(env_id, entry_point)
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point, max_episode_steps=None, reward_threshold=900)

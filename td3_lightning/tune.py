@@ -36,12 +36,14 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 import yaml
 
-from td3_lightning.errors import UserInputError
+from td3_lightning._lightning import cli_option_names
+from td3_lightning.commands import PROG
+from td3_lightning.errors import UserInputError, did_you_mean
 
 if TYPE_CHECKING:
     import optuna
 
-PROG = "python -m td3_lightning tune"
+TUNE = f"{PROG} tune"
 METRIC = "val/return"
 
 #: The search space used without ``--space``: fit option -> Optuna distribution.
@@ -174,11 +176,11 @@ def _bounds(entry: dict[str, Any]) -> list[Any]:
 # ----------------------------------------------------------------------------- the command line machinery
 def _build_cli(args: list[str], callbacks: list[L.Callback] | None = None, instantiate: bool = True) -> Any:
     """A :class:`TD3CLI` for ``args`` (fit options, no subcommand), built as ``main`` builds it."""
-    from td3_lightning.cli import TD3CLI, cli_kwargs
+    from td3_lightning.cli import TD3CLI, cli_kwargs, ignore_expected_warnings
     from td3_lightning.data import ReplayDataModule
     from td3_lightning.module import TD3
 
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")  # as main() does
+    ignore_expected_warnings()  # as the fit command does
     kwargs = cli_kwargs()
     if callbacks:
         kwargs["trainer_defaults"]["callbacks"] = list(callbacks)
@@ -204,18 +206,16 @@ def _parse_only_class() -> type:
 
 
 def _fit_options(cli: Any) -> list[str]:
-    return sorted(o[2:] for o in cli.parser._option_string_actions if o.startswith("--") and "." in o)
+    return sorted(o[2:] for o in cli_option_names(cli, []) if "." in o)
 
 
 def check_space(cli: Any, base: list[str], space: dict[str, dict[str, Any]]) -> None:
     """Every name of ``space`` a fit option, every bound and choice a value the fit parser takes."""
-    from td3_lightning.cli import _suggest
-
     options = _fit_options(cli)
     for name, entry in space.items():
         if name not in options:
             raise UserInputError(
-                f"space entry {name}: no fit option of that name{_suggest(name, options)}; "
+                f"space entry {name}: no fit option of that name{did_you_mean(name, options)}; "
                 "the names are fit options as --help lists them without the dashes, e.g. model.actor_lr"
             )
         for value in _bounds(entry):
@@ -346,7 +346,7 @@ def write_best_config(study: optuna.Study, base: list[str], path: Path, storage_
     cli = _build_cli([*base, *as_args(trial.params), *seed_args], instantiate=False)
     text = cli.parser.dump(cli.config, skip_none=False)
     header = (f"# the best trial of the study {study.study_name} ({storage_url}): trial {best}, {METRIC} "
-              f"{trial.value:.2f}\n#   python -m td3_lightning fit --config {path.name}\n")
+              f"{trial.value:.2f}\n#   {PROG} fit --config {path.name}\n")
     with atomic_path(path) as tmp:
         tmp.write_text(header + text)
     return best
@@ -355,16 +355,16 @@ def write_best_config(study: optuna.Study, base: list[str], path: Path, storage_
 # ----------------------------------------------------------------------------- main
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, raised (argparse prints the usage and exits)
-        raise UserInputError(f"{message}; {PROG} --help lists the options")
+        raise UserInputError(f"{message}; {TUNE} --help lists the options")
 
 
 def _parser() -> argparse.ArgumentParser:
     space = "\n".join(f"  {name}: {json.dumps(entry)}" for name, entry in DEFAULT_SPACE.items())
     parser = _Parser(
-        prog=PROG, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage=f"{PROG} --config <yaml> [--storage URL] [--n_trials N] [--space FILE] [...] [any fit option]",
+        prog=TUNE, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage=f"{TUNE} --config <yaml> [--storage URL] [--n_trials N] [--space FILE] [...] [any fit option]",
         description=__doc__.split("\n\n", 2)[2],
-        epilog=f"Any other option is a fit option (python -m td3_lightning fit --help) and applies to every "
+        epilog=f"Any other option is a fit option ({PROG} fit --help) and applies to every "
                f"trial; a fit option that names a parameter of the space fixes it (it is left out of the "
                f"search).\n\nThe default space (--space replaces it; a YAML or JSON file of such entries; types "
                f"float and int take low, high, log, step; categorical takes choices):\n{space}",
@@ -406,7 +406,7 @@ def tune(argv: list[str]) -> None:
         raise UserInputError("--pruner_startup_trials and --pruner_warmup_steps must be at least 0")
     stray = [a for a in overrides if a.startswith("-") and not a.startswith("--")]
     if stray:
-        raise UserInputError(f"unknown option {stray[0]}; {PROG} --help lists the options")
+        raise UserInputError(f"unknown option {stray[0]}; {TUNE} --help lists the options")
     if "ckpt_path" in _overridden(overrides):
         raise UserInputError("--ckpt_path: every trial is a fit from scratch; leave --ckpt_path out")
     space = load_space(ns.space)
@@ -446,7 +446,7 @@ def tune(argv: list[str]) -> None:
         print(f"no trial has completed yet, so no {ns.best_config} was written")
     else:
         print(f"best: trial {best} ({METRIC} {study.best_value:.2f}); its config: {ns.best_config} "
-              f"(python -m td3_lightning fit --config {ns.best_config})")
+              f"({PROG} fit --config {ns.best_config})")
 
 
 def run_study(study: optuna.Study, base: list[str], space: dict[str, dict[str, Any]], study_dir: Path,

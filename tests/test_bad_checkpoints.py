@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from td3_lightning.checkpointing import find_last_checkpoint
+from td3_lightning.checkpointing import find_run_checkpoint
 from td3_lightning.cli import main
 from td3_lightning.errors import UserInputError
 
@@ -176,7 +176,7 @@ def test_ckpt_path_last_resumes_the_newest_run(real_ckpt, tmp_path, monkeypatch)
     assert ckpt["ReplayDataModule"]["replay"]["size"] == 100 + 70  # the warm-up is not repeated
 
 
-def test_find_last_checkpoint_follows_the_configuration(tmp_path):
+def test_ckpt_path_last_finds_the_newest_last_checkpoint_the_configuration_writes(tmp_path):
     def touch(rel: str, age: int) -> Path:
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -189,16 +189,17 @@ def test_find_last_checkpoint_follows_the_configuration(tmp_path):
     touch("logs/tb/version_1/checkpoints/.last.ckpt.abc123.tmp", 0)  # a write killed midway: not a candidate
     logger = {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
               "init_args": {"save_dir": str(tmp_path / "logs"), "name": "tb"}}
-    assert find_last_checkpoint({"trainer": {"logger": logger}, "checkpoint": {}}) == newest
+    assert find_run_checkpoint({"trainer": {"logger": logger}, "checkpoint": {}}, "last") == newest
 
     fixed = touch("ckpts/last-v1.ckpt", 1)  # a second run into a fixed folder writes last-v1.ckpt
     touch("ckpts/last.ckpt", 3)
-    assert find_last_checkpoint({"trainer": {}, "checkpoint": {"dirpath": str(tmp_path / "ckpts")}}) == fixed
+    assert find_run_checkpoint({"trainer": {}, "checkpoint": {"dirpath": str(tmp_path / "ckpts")}}, "last") == fixed
 
     no_logger = touch("root/checkpoints/last.ckpt", 1)
-    assert find_last_checkpoint({"trainer": {"logger": False, "default_root_dir": str(tmp_path / "root")}}) == no_logger
+    no_logger_config = {"trainer": {"logger": False, "default_root_dir": str(tmp_path / "root")}}
+    assert find_run_checkpoint(no_logger_config, "last") == no_logger
     with pytest.raises(UserInputError, match="no checkpoint matches"):
-        find_last_checkpoint({"trainer": {"default_root_dir": str(tmp_path / "nowhere")}})
+        find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path / "nowhere")}}, "last")
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,8 @@ from td3_lightning.envs.car_racing import (  # noqa: E402
     LOOKAHEAD_TILES,
     N_FEATURES,
     CarRacingState,
-    register_envs,
 )
+from td3_lightning.registration import register_envs  # noqa: E402
 
 IDX = {name: i for i, name in enumerate(FEATURE_NAMES)}
 AHEAD = slice(IDX[f"ahead_{LOOKAHEAD_TILES[0]}_x"], IDX[f"ahead_{LOOKAHEAD_TILES[-1]}_y"] + 1)

@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+import math
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
 import imageio.v2 as imageio
 import lightning as L
 import pytest
@@ -132,3 +142,90 @@ def test_an_env_that_cannot_render_here_costs_the_videos_not_the_training(tmp_pa
     with pytest.raises(UserInputError, match=r"^data.record_test: td3test/NoDisplay-v0 cannot render frames here "
                                              r"\(RuntimeError: .*\); for MuJoCo .*, or set data.record_test 0$"):
         quiet_trainer().test(model, dm)
+
+
+def _export(args: list[str], cwd, cli_env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "td3_lightning", "export", *args], cwd=cwd, env=cli_env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def _snapshot(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("out, overwrite", [("run.ckpt", False), ("run.ckpt", True), ("./sub/../run.ckpt", True),
+                                            ("link.ckpt", True)],
+                         ids=["same-name", "same-name-overwrite", "other-spelling", "symlink"])
+def test_export_refuses_to_write_over_its_own_checkpoint(out, overwrite, pendulum_ckpt, tmp_path, cli_env):
+    shutil.copy(pendulum_ckpt, tmp_path / "run.ckpt")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.ckpt").symlink_to(tmp_path / "run.ckpt")
+    before = _snapshot(tmp_path)
+    proc = _export(["--ckpt_path", "run.ckpt", "--out", out, *(["--overwrite"] if overwrite else [])], tmp_path, cli_env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr == (f"error: --out {out} is the checkpoint being exported (--ckpt_path run.ckpt); "
+                           "write the export to another file\n")
+    assert _snapshot(tmp_path) == before  # the full checkpoint byte for byte, nothing new
+    assert (tmp_path / "link.ckpt").is_symlink()
+
+
+def test_export_replaces_an_existing_file_only_with_overwrite(pendulum_ckpt, tmp_path, cli_env):
+    (tmp_path / "policy.ckpt").write_bytes(b"an earlier export")
+    before = _snapshot(tmp_path)
+    args = ["--ckpt_path", str(pendulum_ckpt), "--out", "policy.ckpt"]
+    refused = _export(args, tmp_path, cli_env)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr == "error: --out policy.ckpt exists; pass --overwrite to replace it, or choose another --out\n"
+    assert _snapshot(tmp_path) == before
+
+    replaced = _export([*args, "--overwrite"], tmp_path, cli_env)
+    assert replaced.returncode == 0, replaced.stderr[-2000:]
+    assert list(_snapshot(tmp_path)) == ["policy.ckpt"]  # no temporary file left behind
+    slim = torch.load(tmp_path / "policy.ckpt", weights_only=True)
+    assert "state_dict" in slim and "optimizer_states" not in slim
+
+
+def test_export_to_a_folder_is_one_line_and_writes_nothing(pendulum_ckpt, tmp_path, cli_env):
+    (tmp_path / "exports").mkdir()
+    proc = _export(["--ckpt_path", str(pendulum_ckpt), "--out", "exports", "--overwrite"], tmp_path, cli_env)
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: --out exports is a folder; give the file to write, e.g. --out "
+                           "exports/policy.ckpt\n")
+    assert _snapshot(tmp_path) == {}
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_the_readmes_torchscript_line_gives_an_action_for_env_step(pendulum_ckpt, tmp_path, monkeypatch):
+    """An exported actor is for inference: its actions need no grad, so env.step takes them as they are."""
+    line = re.search(r'`(torch\.jit\.load\("actor\.pt"\)\(.*?\)\[0\])`', README.read_text()).group(1)
+    export_torchscript(pendulum_ckpt, tmp_path / "actor.pt")
+    monkeypatch.chdir(tmp_path)
+    env = gym.make("Pendulum-v1")
+    obs, _ = env.reset(seed=0)
+    action = eval(line, {"torch": torch, "obs": obs})  # the README's line as written
+    assert isinstance(action, torch.Tensor) and action.shape == (1,)
+    assert action.requires_grad is False
+    assert bool(((action >= -2.0) & (action <= 2.0)).all())  # Pendulum's torque bounds
+    next_obs, reward, *_ = env.step(action)
+    assert next_obs.shape == (3,) and math.isfinite(float(reward))
+    env.close()
+
+
+def test_the_readmes_export_lines_run_as_written_where_a_run_is(pendulum_ckpt, tmp_path, cli_env):
+    checkpoints = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    shutil.copy(pendulum_ckpt, checkpoints / "last.ckpt")
+    shutil.copy(pendulum_ckpt, checkpoints / "best-step50.ckpt")
+    commands = [shlex.split(line, comments=True)[3:] for line in README.read_text().splitlines()
+                if line.startswith("python -m td3_lightning export ")]
+    assert [c[c.index("--out") + 1] for c in commands] == ["policy.ckpt", "actor.pt", "actor.onnx"]
+    for command in commands:
+        if "onnx" in command and importlib.util.find_spec("onnx") is None:
+            continue  # the onnx extra
+        proc = _export(command[1:], tmp_path, cli_env)
+        assert proc.returncode == 0, (command, proc.stderr[-2000:])
+        assert f"wrote {command[command.index('--out') + 1]}" in proc.stdout
+    assert TD3.load_from_checkpoint(tmp_path / "policy.ckpt").hparams.obs_shape == [3]
+    assert torch.jit.load(str(tmp_path / "actor.pt"))(torch.zeros(1, 3)).shape == (1, 1)

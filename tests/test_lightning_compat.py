@@ -119,6 +119,24 @@ def test_lightning_cli_private_steps_reach_the_public_hooks():
     assert "--model.gamma" in options and "--data.env_id" in options and "--trainer.max_steps" in options
 
 
+def test_cli_config_value_reads_inside_the_subcommand_section_when_there_is_one():
+    from jsonargparse import Namespace
+
+    from td3_lightning.cli import TD3CLI
+
+    cli = TD3CLI(TD3, ReplayDataModule, args=["--data.env_id", "Pendulum-v1", "--trainer.logger", "false",
+                                              "--seed_everything", "5", "--trainer.max_steps", "40"],
+                 run=False, auto_configure_optimizers=False)
+    assert cli.subcommand is None  # run=False: the config is the fit parser's, without a section
+    assert _lightning.cli_config_value(cli, cli.config, "seed_everything") == 5
+    assert _lightning.cli_config_value(cli, cli.config_init, "trainer")["max_steps"] == 40
+    assert _lightning.cli_config_value(cli, cli.config, "no_such_key", default="x") == "x"
+    cli.subcommand = "fit"  # as LightningCLI sets it when it runs a subcommand
+    nested = Namespace(fit=Namespace(seed_everything=7), seed_everything=1)
+    assert _lightning.cli_config_value(cli, nested, "seed_everything") == 7
+    assert _lightning.cli_config_value(cli, nested, "trainer", default={}) == {}
+
+
 def test_count_extra_batches_advances_the_batch_counters():
     seen: list[tuple[int, int]] = []
 

@@ -1,4 +1,5 @@
-"""The environments register the gymnasium way: on ``import td3_lightning``, cheaply."""
+"""The environments register the gymnasium way: on ``import td3_lightning``, cheaply, and nothing else
+happens on that import."""
 
 from __future__ import annotations
 
@@ -61,6 +62,18 @@ def test_import_registers_both_ids_without_box2d_or_lightning(cli_env, tmp_path)
         "CarRacingState-v0": ["td3_lightning.envs.car_racing:CarRacingState", None],
         "CarRacingPixels-v0": ["td3_lightning.envs.car_racing_pixels:CarRacingPixels", None],
     }
+
+
+def test_import_changes_no_warning_filter(cli_env, tmp_path):
+    code = (
+        "import json, warnings\n"
+        "import gymnasium  # registering needs it, and it adds a filter of its own on import\n"
+        "before = [repr(f) for f in warnings.filters]\n"
+        "import td3_lightning, td3_lightning.envs\n"
+        "print(json.dumps({'before': before, 'after': [repr(f) for f in warnings.filters]}))\n"
+    )
+    out = json.loads(_python(code, cli_env, tmp_path).stdout.strip().splitlines()[-1])
+    assert out["after"] == out["before"]
 
 
 @pytest.mark.parametrize("env_id", IDS)

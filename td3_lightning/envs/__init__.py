@@ -11,14 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from td3_lightning.errors import UserInputError
-
-
-def register_envs() -> None:
-    """Register the project's environments with gymnasium (idempotent; ``import td3_lightning``
-    already did it, see :mod:`td3_lightning.registration`)."""
-    from td3_lightning.registration import register_envs as _register
-
-    _register()
+from td3_lightning.registration import register_envs
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,6 @@ from gymnasium.envs.box2d.car_racing import (
 )
 from gymnasium.utils import EzPickle, seeding
 
-from td3_lightning.registration import ENTRY_POINTS, register_car_env
 
 ENV_ID = "CarRacingState-v0"
 
@@ -768,8 +767,3 @@ class CarRacingState(CarRacing):
         if self._pts is None:
             raise RuntimeError("call reset() first")
         return self._pts.copy()
-
-
-def register_envs() -> None:
-    """Register ``CarRacingState-v0`` with gymnasium (safe to call repeatedly)."""
-    register_car_env(ENV_ID, ENTRY_POINTS[ENV_ID])

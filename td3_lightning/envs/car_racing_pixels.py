@@ -36,7 +36,6 @@ from gymnasium import spaces
 from gymnasium.utils import EzPickle
 
 from td3_lightning.envs.car_racing import FEATURE_HIGH, FEATURE_LOW, CarRacingState
-from td3_lightning.registration import ENTRY_POINTS, register_car_env
 
 PIXELS_ENV_ID = "CarRacingPixels-v0"
 STATE_SIZE = 96  # CarRacing-v3's state_pixels frames are 96x96
@@ -129,8 +128,3 @@ class CarRacingPixels(CarRacingState):
         else:
             self._stack = np.concatenate([self._stack[c:], frame], axis=0)
         return self._stack.copy()
-
-
-def register_pixels_env() -> None:
-    """Register ``CarRacingPixels-v0`` (idempotent)."""
-    register_car_env(PIXELS_ENV_ID, ENTRY_POINTS[PIXELS_ENV_ID])
