@@ -47,9 +47,9 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -258,10 +258,11 @@ def survey(ckpt: str, env_id: str, env_kwargs: dict[str, Any], seeds: list[int],
     """One record per seed (in seed order), played by ``workers`` processes."""
     done: list[dict[str, Any]] = []
     start = time.perf_counter()
+    every = max(1, min(100, len(seeds) // 10))  # progress lines on stderr
 
     def report(record: dict[str, Any]) -> None:
         done.append(record)
-        if progress and (len(done) % 100 == 0 or len(done) == len(seeds)):
+        if progress and (len(done) % every == 0 or len(done) == len(seeds)):
             print(f"  {len(done)}/{len(seeds)} tracks, {time.perf_counter() - start:.0f} s", file=sys.stderr,
                   flush=True)
 

@@ -93,6 +93,32 @@ def test_a_car_that_went_round_with_a_missed_tile_is_missed_tile():
     assert ts.classify(both, OPEN_AT_LIMIT) == "standstill"
 
 
+def test_hand_made_drivers_in_the_real_env_stand_circle_on_the_grass_and_leave_the_playfield():
+    """Track 0 (319 tiles), played by ``drive`` on car.yaml's evaluation env with fixed actions."""
+    import numpy as np
+
+    from td3_lightning.envs import make_env
+
+    env = make_env("CarRacingState-v0", {"action_repeat": 2, "action_mode": "steer_throttle"})
+    brake, circle, straight = ([0.0, -1.0], [1.0, 0.3], [0.0, 0.2])
+    records = {}
+    for name, action in (("brake", brake), ("circle", circle), ("straight", straight)):
+        steps, end, _ = ts.drive(env, lambda obs, a=np.array(action, dtype=np.float32): a, 0)
+        records[name] = ts.track_record(0, steps, end)
+    # full brake from the start: the car never moves off the two tiles under it, 1000 frames at -0.1
+    stand = records["brake"]
+    assert (stand["failure"], stand["stand_frames"], stand["onset_step"], stand["tiles_visited"]) == (
+        "standstill", 1000, 1, 2)
+    assert stand["tiles_total"] == 319 and stand["return"] == pytest.approx(2 * 1000 / 319 - 100, abs=1e-9)
+    # full right at a little gas: off the road within a second, circling on the grass to the time limit
+    grass = records["circle"]
+    assert grass["failure"] == "off_road" and grass["frames"] == 1000 and not grass["out_of_playfield"]
+    assert grass["off_road_frames"] >= 900 and grass["stand_frames"] == 0
+    # straight on: across the grass and out of the playfield (CarRacing's -100 end) before the time limit
+    away = records["straight"]
+    assert away["failure"] == "off_road" and away["out_of_playfield"] and away["frames"] < 1000
+
+
 def test_strip_steps_span_the_drive_or_lead_to_the_onset_of_the_failure():
     assert ts.strip_steps(500, None, 6) == [50, 140, 230, 320, 410, 500]
     # linspace(250, 300, 5) = 250, 262.5, 275, 287.5, 300 (rounded half to even), then the last step
