@@ -437,14 +437,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from td3_lightning.envs import make_env
 
     torch.set_num_threads(1)
+    out = Path(args.out)
+    try:  # now, not after minutes of driving
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"error: cannot make --out {out} ({err.strerror}); give a folder you can write to", file=sys.stderr)
+        sys.exit(2)
     seeds = list(range(args.seeds[0], args.seeds[1]))
     start = time.perf_counter()
     records = survey(args.ckpt, env_id, env_kwargs, seeds, args.workers, progress=True)
     seconds = time.perf_counter() - start
     summary = summarize(records)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     worst = sorted(records, key=lambda r: (r["return"], r["seed"]))[: args.strips]
     if worst:
         policy = load_policy(args.ckpt)

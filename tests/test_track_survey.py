@@ -168,6 +168,16 @@ def test_bad_arguments_get_one_error_line_and_exit_2(tmp_path, capsys, args, wor
     assert not (tmp_path / "new").exists()
 
 
+def test_an_out_folder_that_cannot_be_made_is_refused_before_any_driving(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(SystemExit) as exit_:
+        ts.main(["--ckpt", str(SHIPPED), "--config", "car.yaml", "--seeds", "0", "2",
+                 "--out", str(tmp_path / "a_file" / "survey")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and err[0].startswith("error: cannot make --out "), err
+    assert (tmp_path / "a_file").read_text() == "x"
+
+
 def test_a_survey_of_two_tracks_matches_the_evaluation_and_repeats_exactly(tmp_path, capsys, cli_env):
     """Tracks 80 and 81 (the shipped driver closes both, see test_car_policy): once as a command with two
     worker processes, once in this process with one; the same numbers, and the returns ``test`` plays."""
