@@ -19,6 +19,9 @@ env's info and state vector; ``W`` is ``WINDOW_FRAMES`` (100 frames, 2 s); "the 
 - ``standstill``: the hull speed (from the state vector's ``v_forward`` and ``v_right``, in world units
   per second; top speed is about 100) was under ``STANDSTILL_SPEED`` (1, the env's ``REST_SPEED``) at
   every step of the last ``W`` frames or more, with a wheel on the road: it stopped on the road and stood.
+- ``wrong_way``: over the last ``W`` frames the car's position along the centre line (``track_progress``,
+  counted through the start) went back by at least one tile: it turned round and drove against the
+  direction of the lap, over tiles it had visited.
 - ``missed_tile``: the lap is open, the car went round (its position on the centre line,
   ``track_progress``, fell by more than half a lap from one step to the next, past the start, after it
   had visited half the tiles) and it passed a tile without touching it (``info["tiles_missed"]`` > 0:
@@ -30,8 +33,8 @@ env's info and state vector; ``W`` is ``WINDOW_FRAMES`` (100 frames, 2 s); "the 
   may end otherwise).
 
 Strips show ``STRIP_FRAMES`` pictures of CarRacing's view: for a track whose failure has an onset (the
-step from which the car stood, stayed on the grass, or the step at which the first tile counted as
-missed) the ``STRIP_LEAD_FRAMES`` before it, the onset and the last step; else the drive from a tenth of
+step from which the car stood, stayed on the grass or drove backwards, or the step at which the first
+tile counted as missed) the ``STRIP_LEAD_FRAMES`` before it, the onset and the last step; else the drive from a tenth of
 it to its end.
 
 Deterministic: the actor has no noise, each process computes with one torch thread, and a track's
@@ -64,7 +67,7 @@ WINDOW_FRAMES = 100
 #: hull speed (world units per second; top speed is about 100) under which a car stands (``standstill``)
 STANDSTILL_SPEED = 1.0
 #: classes in the order the summary lists them
-CLASSES = ("ok", "standstill", "off_road", "missed_tile", "time_limit", "other")
+CLASSES = ("ok", "standstill", "off_road", "wrong_way", "missed_tile", "time_limit", "other")
 #: frames in each strip
 STRIP_FRAMES = 6
 #: physics frames before a failure's onset that its strip covers (4 s)
@@ -118,6 +121,19 @@ def stand_frames(trace: list[Step], speed: float = STANDSTILL_SPEED) -> int:
     return trailing_frames(trace, lambda s: s.speed < speed)
 
 
+def window_progress(trace: list[Step], window: int = WINDOW_FRAMES) -> float:
+    """Laps (negative: backwards) the car's centre-line position moved over the last ``window`` frames of
+    ``trace``, counted through the start (each step moves less than half a lap)."""
+    if not trace:
+        return 0.0
+    moved, stop = 0.0, trace[-1].frames - window
+    for a, b in zip(reversed(trace[:-1]), reversed(trace)):
+        if b.frames <= stop:
+            break
+        moved += (b.progress - a.progress + 0.5) % 1.0 - 0.5
+    return moved
+
+
 def went_round(trace: list[Step], tiles_total: int) -> bool:
     """Whether the car passed the start line forward after visiting half the tiles (``track_progress``
     falling by more than half a lap between two steps)."""
@@ -138,6 +154,8 @@ def classify(
         return "off_road"
     if stand_frames(trace, speed) >= window:
         return "standstill"
+    if window_progress(trace, window) * end.tiles_total <= -1.0:
+        return "wrong_way"
     if not end.lap_closed and last.tiles_missed > 0 and went_round(trace, end.tiles_total):
         return "missed_tile"
     if not end.lap_closed and end.truncated:
@@ -197,11 +215,17 @@ def drive(env: Any, policy: Policy, seed: int, render_at: set[int] | None = None
 
 
 def onset(trace: list[Step], failure: str, speed: float = STANDSTILL_SPEED) -> int | None:
-    """The step (1 = the first) where the failure began: from which a ``standstill`` car stood and an
-    ``off_road`` one stayed on the grass to the end, at which a ``missed_tile`` car's first missed tile
-    counted; None for the other classes (and for a car that left the playfield on the road)."""
+    """The step (1 = the first) where the failure began: from which a ``standstill`` car stood, an
+    ``off_road`` one stayed on the grass and a ``wrong_way`` one drove backwards to the end, at which a
+    ``missed_tile`` car's first missed tile counted; None for the other classes (and for a car that left
+    the playfield on the road)."""
     if failure == "missed_tile":
         return next(i + 1 for i, s in enumerate(trace) if s.tiles_missed > 0)
+    if failure == "wrong_way":  # the first of the final run of steps that moved back along the centre line
+        first = len(trace)
+        while first > 1 and (trace[first - 1].progress - trace[first - 2].progress + 0.5) % 1.0 - 0.5 < 0:
+            first -= 1
+        return first + 1 if first < len(trace) else None
     if failure == "standstill":
         first = spell_start(trace, lambda s: s.speed < speed)
     elif failure == "off_road":

@@ -119,6 +119,22 @@ def test_hand_made_drivers_in_the_real_env_stand_circle_on_the_grass_and_leave_t
     assert away["failure"] == "off_road" and away["out_of_playfield"] and away["frames"] < 1000
 
 
+def test_a_car_that_turns_round_and_drives_back_over_its_tiles_is_wrong_way():
+    # forward for 400 steps (2/3 of a lap), then backwards at the same speed: the last 100 frames go back
+    # 50 steps of 1/600 lap = 1/12 lap = 25 of 300 tiles
+    back = trace(500, progress=lambda i: (i if i < 400 else 800 - i) / 600)
+    assert ts.window_progress(back) == pytest.approx(-50 / 600)
+    assert ts.classify(back, OPEN_AT_LIMIT) == "wrong_way"
+    assert ts.onset(back, "wrong_way") == 402  # step 402 (index 401) is the first that went back
+    # across the start the position wraps from 0.0 to 0.99..: still backwards, not a lap
+    across = trace(500, progress=lambda i: (i if i < 400 else 400 - 3 * (i - 400)) / 600 - 0.5)
+    assert ts.window_progress(across) == pytest.approx(-150 / 600)
+    assert ts.classify(across, OPEN_AT_LIMIT) == "wrong_way"
+    # going back less than one tile over the window (a car that slides back a little) is not wrong_way
+    slide = trace(500, progress=lambda i: (i if i < 450 else 450 - 0.03 * (i - 450)) / 600)
+    assert -1 < ts.window_progress(slide) * 300 < 0 and ts.classify(slide, OPEN_AT_LIMIT) == "time_limit"
+
+
 def test_strip_steps_span_the_drive_or_lead_to_the_onset_of_the_failure():
     assert ts.strip_steps(500, None, 6) == [50, 140, 230, 320, 410, 500]
     # linspace(250, 300, 5) = 250, 262.5, 275, 287.5, 300 (rounded half to even), then the last step
@@ -136,7 +152,8 @@ def test_summary_counts_classes_and_lists_the_worst_tracks_first():
     s = ts.summarize(records, worst=3)
     assert s["mean"] == pytest.approx(690.0) and s["std"] == pytest.approx(338.7476937, abs=1e-6)
     assert (s["laps_closed"], s["under_pass"], s["min"]) == (2, 2, 110.0)
-    assert s["classes"] == {"ok": 2, "standstill": 1, "off_road": 0, "missed_tile": 1, "time_limit": 0, "other": 0}
+    assert s["classes"] == {"ok": 2, "standstill": 1, "off_road": 0, "wrong_way": 0, "missed_tile": 1,
+                            "time_limit": 0, "other": 0}
     assert [w["seed"] for w in s["worst"]] == [2, 3, 4]
     assert "seed 2:   110.0  standstill" in ts.summary_text(s)
 
