@@ -130,8 +130,7 @@ class TD3(L.LightningModule):
         self.num_critic_updates = self.num_actor_updates = 0
         self.random_stream = RandomStream()  # target noise, shifts, reset seeds; saved in checkpoints
         self.stepper, self.stats = Stepper(), TrainingStatistics()
-        self.episode_metrics = EpisodeMetrics()
-        self.test_episodes: dict[str, list[float]] = {}  # the last test's episodes, for TestReport
+        self.episode_metrics, self.test_episodes = EpisodeMetrics(), {}  # the last test's episodes, for TestReport
         self._compiled: Any | None = None  # the compiled td3_update (compile_mode)
 
     # ================================================================== the TD3 update (Algorithm 1)
@@ -211,11 +210,15 @@ class TD3(L.LightningModule):
             self.stepper.after_update(critic_loss, actor_loss)
             self.num_critic_updates += 1
             self.num_actor_updates += int(update_actor)
-            self.stats.add(critic_loss, q[0], actor_loss)
-            if self.global_step % max(1, self.trainer.log_every_n_steps) == 0:
-                self.stepper.guard.raise_recorded()  # the deferred loss check, at the logging sync
-                metrics = {**self.stats.means(), **self.schedules.metrics(self.global_step, run_length(self))}
-                self.log_dict(metrics, on_step=True, on_epoch=False)
+            self.track_statistics(critic_loss, q, actor_loss)
+
+    def track_statistics(self, critic_loss: Tensor, q: Tensor, actor_loss: Tensor | None) -> None:
+        """Keep the step's losses and Q values on the device; log their means every ``log_every_n_steps``."""
+        self.stats.add(critic_loss, q[0], actor_loss)
+        if self.global_step % max(1, self.trainer.log_every_n_steps) == 0:
+            self.stepper.guard.raise_recorded()  # the deferred loss check, at the logging sync
+            metrics = {**self.stats.means(), **self.schedules.metrics(self.global_step, run_length(self))}
+            self.log_dict(metrics, on_step=True, on_epoch=False)
 
     def on_fit_start(self) -> None:  # the teacher is read, then the random stream seeded (a fixed order of draws)
         self.extensions.on_fit_start(self)
@@ -226,13 +229,12 @@ class TD3(L.LightningModule):
         self.stepper.configure(self.trainer, self, self.direct_update, self.finite_check_every_step)
         mode = self.hparams.compile_mode
         if mode != "none":
-            self.stats.copy_outputs = self.stepper.graphs_replayed(mode, self.device)
-            self._compiled = self.stepper.compile(self.td3_update, mode, self.device)
+            self._compiled, self.stats.copy_outputs = self.stepper.compile(self.td3_update, mode, self.device)
 
     def exploration_noise_at(self, step: int) -> float:  # relative to half the action range
         return self.schedules.exploration_noise_at(step, run_length(self))
 
-    # ------------------------------------------------------------------ the guard
+    # ------------------------------------------------------------------ the guard, evaluation (a batch is an episode)
     def check_finite(self, state_dict: dict[str, Tensor] | None = None, action: str = "") -> None:
         """Raise :class:`NonFiniteError` for a non-finite loss since the last check or a non-finite weight."""
         self.stepper.guard.raise_recorded(action)
@@ -244,7 +246,6 @@ class TD3(L.LightningModule):
 
     on_test_start = on_validation_start
 
-    # ------------------------------------------------------------------ evaluation: one batch is one episode
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.episode_metrics.update_validation(batch)
         self.log("val/return", self.episode_metrics.val_return, on_step=False, on_epoch=True, prog_bar=True)

@@ -41,16 +41,17 @@ class Stepper:
         self.direct = direct_update_possible(trainer, module) if direct is None else direct
         self.check_each_loss = module.device.type == "cpu" if check_each_loss is None else check_each_loss
 
-    def compile(self, update: Any, mode: str, device: torch.device) -> Any:
-        """``update`` compiled with ``torch.compile`` mode ``mode`` (after :meth:`configure`); on a GPU
-        with ``reduce-overhead`` or ``max-autotune`` it replays CUDA graphs."""
+    def compile(self, update: Any, mode: str, device: torch.device) -> tuple[Any, bool]:
+        """``update`` compiled with ``torch.compile`` mode ``mode`` (after :meth:`configure`), and whether it
+        replays CUDA graphs (on a GPU with ``reduce-overhead`` or ``max-autotune``: its outputs are overwritten)."""
         if not self.direct:
             raise UserInputError(
                 f"model.compile_mode {mode} compiles the whole training step, which needs one device, 32-bit "
                 "precision and no callback that watches backward passes or optimizer steps; set "
                 "model.compile_mode none")
         self.check_each_loss = False  # a host sync inside the step would break the graph
-        return compile_update(update, mode, cuda_graphs=self.graphs_replayed(mode, device))
+        graphs = self.graphs_replayed(mode, device)
+        return compile_update(update, mode, cuda_graphs=graphs), graphs
 
     @staticmethod
     def graphs_replayed(mode: str, device: torch.device) -> bool:

@@ -12,6 +12,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
 from td3_lightning.extensions.resets import reset_networks
+from td3_lightning.schedules import run_length
 
 ENV = "td3test/ConstantReward-v0"
 
@@ -212,7 +213,8 @@ def test_exploration_noise_and_learning_rates_follow_their_linear_schedules():
     assert model.exploration_noise_at(0) == 0.3
     assert abs(model.exploration_noise_at(25) - 0.2) < 1e-12
     assert abs(model.exploration_noise_at(50) - 0.1) < 1e-12 and abs(model.exploration_noise_at(500) - 0.1) < 1e-12
-    assert model.lr_factor_at(0) == 1.0 and abs(model.lr_factor_at(25) - 0.55) < 1e-12
+    lr_factor_at = model.schedules.lr_factor_at
+    assert lr_factor_at(0, run_length(model)) == 1.0 and abs(lr_factor_at(25, run_length(model)) - 0.55) < 1e-12
     trainer = quiet_trainer(max_steps=40)
     trainer.fit(model, dm)
     critic_opt, actor_opt = (o.optimizer if hasattr(o, "optimizer") else o for o in trainer.optimizers)
@@ -224,7 +226,8 @@ def test_exploration_noise_and_learning_rates_follow_their_linear_schedules():
 def test_schedules_default_to_the_run_length_and_to_constants():
     dm = ReplayDataModule(ENV, warmup_steps=20)
     constant = small(dm)
-    assert constant.exploration_noise_at(10**6) == 0.1 and constant.lr_factor_at(10**6) == 1.0
+    assert constant.exploration_noise_at(10**6) == 0.1
+    assert constant.schedules.lr_factor_at(10**6, run_length(constant)) == 1.0
     decaying = small(dm, exploration_noise_final=0.0)
     trainer = quiet_trainer(max_steps=200)
     decaying.trainer = trainer
