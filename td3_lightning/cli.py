@@ -22,6 +22,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
@@ -39,6 +40,7 @@ from td3_lightning.errors import UserInputError, did_you_mean
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve
+from td3_lightning.trainer_options import check_trainer_options
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -189,6 +191,20 @@ class TD3CLI(LightningCLIHooks):
                 f"({path}); set data.buffer_size {capacity} to resume it"
             )
 
+    def before_instantiate_classes(self) -> None:
+        """The Trainer and checkpoint options counted in training steps, checked before any env is
+        made or anything is written (:func:`check_trainer_options`)."""
+        check_trainer_options(cli_config_value(self, self.config, "trainer", default={}) or {},
+                              cli_config_value(self, self.config, "checkpoint", default={}) or {})
+
+    def instantiate_classes(self) -> None:
+        """A Trainer or callback argument that Lightning refuses while they are built (nothing is
+        written yet) is bad input: one line."""
+        try:
+            super().instantiate_classes()
+        except MisconfigurationException as err:
+            raise UserInputError("Lightning refuses a trainer or callback option: " + " ".join(str(err).split())) from None
+
     def set_seed(self, seed: Any) -> None:
         # "Seed set to N" is said once the input has passed every check (instantiate_trainer),
         # so that bad input prints its error line alone
@@ -203,15 +219,16 @@ class TD3CLI(LightningCLIHooks):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
         self._check_against_env()  # model and datamodule exist now; nothing is written yet
-        seed = cli_config_value(self, self.config, "seed_everything")
-        if seed is not False and seed is not None:
-            _SEED_LOG.info(f"Seed set to {seed}")
         config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
             kwargs["logger"] = TensorBoardLogger(save_dir=config.get("default_root_dir") or os.getcwd(),
                                                  version=SLURMEnvironment.job_id(), default_hp_metric=False)
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        seed = cli_config_value(self, self.config, "seed_everything")
+        if seed is not False and seed is not None:
+            _SEED_LOG.info(f"Seed set to {seed}")
+        return trainer
 
     def trainer_callbacks(self, config: dict[str, Any], callbacks: list[Any]) -> list[Any]:
         """Leave out the CLI's own checkpoint callback or progress bar when the user turned

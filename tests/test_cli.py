@@ -116,6 +116,51 @@ def test_bad_input_gives_one_line_and_writes_nothing(args, message, tmp_path, mo
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+VAL_CHECK = ('error: trainer.val_check_interval must be a number of training steps >= 1 or a time ("DD:HH:MM:SS", '
+             'e.g. "00:01:00:00"); got ')
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--trainer.max_steps", "-5"], "error: trainer.max_steps must be at least 1 training step, or -1 for no limit; got -5"),
+        (["--trainer.max_steps", "0"], "error: trainer.max_steps must be at least 1 training step, or -1 for no limit; got 0"),
+        (["--trainer.max_steps", "abc"], "error: invalid value for trainer.max_steps: expected an int, got 'abc'"),
+        (["--trainer.val_check_interval", "0"], VAL_CHECK + "0"),
+        (["--trainer.val_check_interval", "-3"], VAL_CHECK + "-3"),
+        (["--trainer.val_check_interval", "0.5"], VAL_CHECK + "0.5"),
+        (["--trainer.val_check_interval", "often"], VAL_CHECK + "often"),
+        (["--trainer.log_every_n_steps", "-1"],
+         "error: trainer.log_every_n_steps must be >= 0 training steps (0: no step logging); got -1"),
+        (["--checkpoint.every_n_train_steps", "-1"],
+         "error: checkpoint.every_n_train_steps must be >= 0 training steps (0 or null: off); got -1"),
+        (["--trainer.max_time", "soon"], "error: Lightning refuses a trainer or callback option: `Timer(duration='soon')` "
+                                         "is not a valid duration. Expected a string in the format DD:HH:MM:SS."),
+        (["--data.warmup_steps", "-1"], "error: data.warmup_steps must be at least 1, got -1"),
+        (["--data.eval_seed", "-1"], "error: data.eval_seed must be at least 0, got -1"),
+        (["--data.record_val", "-1"], "error: data.record_val must be at least 0, got -1"),
+        (["--data.frame_stack", "0"], "error: data.frame_stack must be at least 1, got 0"),
+    ],
+)
+def test_trainer_and_data_options_out_of_range_stop_before_anything_is_written(args, line, tmp_path, monkeypatch,
+                                                                               capsys):
+    # before: max_steps -5 was a traceback, max_steps 0 an empty run folder, val_check_interval 0 a
+    # ZeroDivisionError after training had started
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "50", *args])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_max_steps_minus_one_is_no_limit(tmp_path, monkeypatch):
+    from td3_lightning.trainer_options import check_trainer_options
+
+    check_trainer_options({"max_steps": -1, "val_check_interval": "00:01:00:00", "log_every_n_steps": 0},
+                          {"every_n_train_steps": 0})  # Lightning's "no limit", a time, "off": accepted
+
+
 def test_missing_config_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
