@@ -165,8 +165,8 @@ class ReplayDataModule(L.LightningDataModule):
         super().__init__()
         if num_workers != 0:
             raise UserInputError(
-                f"data.num_workers={num_workers} is not supported: worker processes would each copy the replay "
-                "buffer; batches are sampled in the main process, set data.num_workers 0"
+                f"data.num_workers must be 0, got {num_workers}: worker processes would each copy the replay "
+                "buffer; batches are sampled in the main process"
             )
         for name, value, least in [
             ("batch_size", batch_size, 1), ("buffer_size", buffer_size, 1), ("warmup_steps", warmup_steps, 1),
@@ -185,6 +185,9 @@ class ReplayDataModule(L.LightningDataModule):
             raise UserInputError(f"data.vector_mode must be async or sync, got {vector_mode!r}")
         if video_format not in ("mp4", "gif"):
             raise UserInputError(f"data.video_format must be mp4 or gif, got {video_format!r}")
+        if buffer_device != "auto" and not _is_device(buffer_device):
+            raise UserInputError(f"data.buffer_device must be auto or a torch device such as cpu or cuda:0, "
+                                 f"got {buffer_device!r}")
         if warmup_steps > buffer_size:
             raise UserInputError(f"data.warmup_steps ({warmup_steps}) must not exceed data.buffer_size ({buffer_size})")
         self.env_id = env_id
@@ -510,6 +513,14 @@ class ReplayDataModule(L.LightningDataModule):
             self._sample_gen.set_state(state["sample_rng"])
         device = self.buffer.device
         self._pending = deque({k: v.to(device) for k, v in b.items()} for b in state.get("in_flight", []))
+
+
+def _is_device(name: str) -> bool:
+    try:
+        torch.device(name)
+    except (RuntimeError, ValueError):
+        return False
+    return True
 
 
 def privileged_shape(env: gym.Env, env_id: str) -> tuple[int, ...]:

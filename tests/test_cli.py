@@ -98,7 +98,7 @@ def test_load_from_checkpoint_needs_no_env(tmp_path, cli_env):
         (["--data.env_id", "td3test/DiscreteAction-v0"], "TD3 needs a continuous Box action space"),
         (["--data.env_id", "td3test/UnboundedAction-v0"], "unbounded action space"),
         (["--data.env_id", "td3test/ImageObs-v0"], "look channels-last (H, W, C)"),
-        (["--data.num_workers", "2"], "data.num_workers=2 is not supported"),
+        (["--data.num_workers", "2"], "data.num_workers must be 0, got 2"),
         (["--ckpt_path", "missing.ckpt"], "checkpoint file not found: missing.ckpt"),
         (["--model.num_critics", "1"], "model.num_critics must be at least 2"),
         (["--data.env_kwargs", "{bogus: 1}"], "data.env_kwargs"),
