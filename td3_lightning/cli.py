@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import yaml
 from lightning.pytorch import Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -129,13 +130,14 @@ class TD3CLI(LightningCLIHooks):
         subcommand, ckpt = self.config.get("subcommand"), None
         if subcommand:
             config = self.config[subcommand]
-            ckpt = config.get("ckpt_path")
+            given = ckpt = config.get("ckpt_path")
             if ckpt is None and subcommand in ("validate", "test"):
                 ckpt = "best"  # what the newest run found best, not untrained weights
             if ckpt in ("last", "best"):
                 ckpt = str(find_run_checkpoint(config, ckpt))
-                self.config[f"{subcommand}.ckpt_path"] = ckpt
-                rank_zero_info(f"--ckpt_path {config.get('ckpt_path') or 'best (the default)'}: {ckpt}")
+                self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
+                which = given or f"best, the default of {subcommand}"
+                rank_zero_info(f"checkpoint: {ckpt} (--ckpt_path {which})")
             if ckpt is not None and not _lightning_resolves(ckpt):
                 if not os.path.isfile(ckpt):
                     problem = "is a folder, not a file" if os.path.isdir(ckpt) else "not found"
@@ -152,9 +154,12 @@ class TD3CLI(LightningCLIHooks):
             raise UserInputError(
                 f"checkpoint {ckpt}: its model hyperparameters do not fit TD3 ({one_line_parse_error(str(err))})"
             ) from None
-        if resets and list(self.config[subcommand]["model"].get("reset_steps") or []) != list(resets):
+        saved = list(self.config[subcommand]["model"].get("reset_steps") or []) if subcommand else []
+        if resets and saved != list(resets):
             self.config[subcommand]["model"]["reset_steps"] = list(resets)
-            rank_zero_info(f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's")
+            rank_zero_info(f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's {saved}: the "
+                           f"networks start over after training step{'s' if len(resets) > 1 else ''} "
+                           f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)")
 
     def _check_against_env(self) -> None:
         """The checkpoint's observation and action spaces (and replay capacity) against the
@@ -292,14 +297,48 @@ def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
 
 def resolve_config_args(args: list[str]) -> list[str]:
     """Let ``--config car.yaml`` (or ``configs/car.yaml``) name a bundled config when no
-    such file exists relative to the current folder."""
+    such file exists relative to the current folder; a config file that is empty, not YAML or
+    not a mapping of options is refused with a line that names it (:func:`check_config_file`)."""
     out = list(args)
     for i, arg in enumerate(out):
-        if arg == "--config" and i + 1 < len(out):
-            out[i + 1] = _bundled(out[i + 1])
+        if arg in ("--config", "-c") and i + 1 < len(out):
+            out[i + 1] = check_config_file(_bundled(out[i + 1]))
         elif arg.startswith("--config="):
-            out[i] = "--config=" + _bundled(arg.split("=", 1)[1])
+            out[i] = "--config=" + check_config_file(_bundled(arg.split("=", 1)[1]))
     return out
+
+
+_CONFIG_EXAMPLE = ("e.g. 'trainer: {max_steps: 20000}' and 'model: {gamma: 0.98}' on lines of their own "
+                   f"({commands.PROG} fit --print_config prints every option)")
+
+
+def check_config_file(path: str) -> str:
+    """``path`` if it is a config file jsonargparse can read, else :class:`UserInputError` naming the file
+    and what to put in it. A value that is no file (``--config '{model: ...}'``, YAML text) is left as it is."""
+    if os.path.isdir(path):
+        raise UserInputError(f"config file {path} is a folder, not a file; pass a YAML file to --config")
+    if not os.path.isfile(path):
+        return path
+    try:
+        with open(path, encoding="utf-8") as stream:
+            content = yaml.safe_load(stream)  # the stream's name is the file's in the error's marks
+    except UnicodeDecodeError:
+        raise UserInputError(f"config file {path} is not a text file; pass a YAML file to --config") from None
+    except yaml.MarkedYAMLError as err:
+        where = f"line {err.problem_mark.line + 1}, column {err.problem_mark.column + 1}" if err.problem_mark else ""
+        context = f" ({err.context} at line {err.context_mark.line + 1})" if err.context and err.context_mark else ""
+        raise UserInputError(f"config file {path} is not valid YAML: {err.problem} at {where}{context}") from None
+    except yaml.YAMLError as err:
+        raise UserInputError(f"config file {path} is not valid YAML: {' '.join(str(err).split())}") from None
+    if content is None:
+        raise UserInputError(f"config file {path} is empty (or only comments): write the options in it as YAML, "
+                             + _CONFIG_EXAMPLE)
+    if not isinstance(content, dict):
+        shown = " ".join(str(content).split())
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise UserInputError(f"config file {path} holds {type(content).__name__} {shown!r}, not options: write them "
+                             "as YAML sections, " + _CONFIG_EXAMPLE)
+    return path
 
 
 def _bundled(path: str) -> str:

@@ -161,6 +161,39 @@ def test_max_steps_minus_one_is_no_limit(tmp_path, monkeypatch):
                           {"every_n_train_steps": 0})  # Lightning's "no limit", a time, "off": accepted
 
 
+CONFIG_EXAMPLE = ("e.g. 'trainer: {max_steps: 20000}' and 'model: {gamma: 0.98}' on lines of their own "
+                  "(python -m td3_lightning fit --print_config prints every option)")
+
+
+@pytest.mark.parametrize(
+    "content, line",
+    [
+        ("", "error: config file my.yaml is empty (or only comments): write the options in it as YAML, " + CONFIG_EXAMPLE),
+        ("# nothing yet\n", "error: config file my.yaml is empty (or only comments): write the options in it as YAML, "
+         + CONFIG_EXAMPLE),
+        ("model:\n  gamma: [0.9\n", "error: config file my.yaml is not valid YAML: expected ',' or ']', but got "
+         "'<stream end>' at line 3, column 1 (while parsing a flow sequence at line 2)"),
+        ("model:\n\tgamma: 0.9\n", "error: config file my.yaml is not valid YAML: found character '\\t' that cannot "
+         "start any token at line 2, column 1"),
+        ("gamma 0.98\n", "error: config file my.yaml holds str 'gamma 0.98', not options: write them as YAML sections, "
+         + CONFIG_EXAMPLE),
+        (None, "error: config file my.yaml is a folder, not a file; pass a YAML file to --config"),
+    ],
+)
+def test_a_config_file_that_holds_no_options_is_named_with_what_to_write(content, line, tmp_path, monkeypatch, capsys):
+    # before: "error: Unexpected config:" with nothing after it, and YAML errors "in <unicode string>"
+    monkeypatch.chdir(tmp_path)
+    if content is None:
+        (tmp_path / "my.yaml").mkdir()
+    else:
+        (tmp_path / "my.yaml").write_text(content)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "my.yaml"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+    assert [p.name for p in tmp_path.iterdir()] == ["my.yaml"]
+
+
 def test_missing_config_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
@@ -225,7 +258,7 @@ def test_a_network_reset_prints_its_line_under_the_progress_line(tmp_path, monke
     assert "step 30/30" in lines[-1]
 
 
-def test_resume_with_reset_steps_resets_a_run_saved_without_them(tmp_path, monkeypatch, capfd):
+def test_resume_with_reset_steps_resets_a_run_saved_without_them(tmp_path, monkeypatch, capfd, lightning_log):
     # a stuck run's checkpoint says reset_steps []; the resets asked for on resuming are the ones that happen
     monkeypatch.chdir(tmp_path)
     args = ["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.limit_val_batches", "0",
@@ -234,6 +267,12 @@ def test_resume_with_reset_steps_resets_a_run_saved_without_them(tmp_path, monke
     capfd.readouterr()
     main([*args, "--trainer.max_steps", "32", "--ckpt_path", "last", "--model.reset_steps", "[24]"])
     assert "step 24: networks drawn afresh" in capfd.readouterr().out  # without the override: no reset
+    out = lightning_log.text
+    assert ("model.reset_steps [24] (configured) replaces the checkpoint's []: the networks start over after "
+            "training step 24 (any the checkpoint has passed are skipped)") in out
+    last = next(tmp_path.glob("lightning_logs/version_0/checkpoints/last.ckpt"))
+    ours = [line for line in out.splitlines() if str(last) in line and "Restor" not in line]  # and Lightning's own
+    assert len(ours) == 1 and ours[0].endswith(f"checkpoint: {last} (--ckpt_path last)")
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
