@@ -46,6 +46,8 @@ class RLProgressBar(ProgressBar):
         self._last_draw = 0.0
         self._start: tuple[float, int] = (0.0, 0)
         self._tty = sys.stdout.isatty()
+        self._drawn_step: int | None = None  # the step of the last line drawn
+        self._line_open = False  # on a terminal: the last line drawn has no newline yet
 
     def disable(self) -> None:
         self._enabled = False
@@ -64,6 +66,7 @@ class RLProgressBar(ProgressBar):
         out = sys.stdout if file is None else file
         if out is sys.stdout and self._tty:
             out.write("\r\033[K")
+            self._line_open = False
         builtins.print(*args, sep=sep, end=end, file=out, flush=True)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -90,12 +93,18 @@ class RLProgressBar(ProgressBar):
         now = time.perf_counter()
         if not force and now - self._last_draw < (self.refresh_seconds if self._tty else self.log_seconds):
             return
-        self._last_draw = now
+        self._last_draw, self._drawn_step = now, trainer.global_step
         if self._tty:
             sys.stdout.write("\r\033[K" + self._line(trainer))
+            self._line_open = True
         else:
             sys.stdout.write(self._line(trainer) + "\n")
         sys.stdout.flush()
+
+    def _end_line(self, trainer: L.Trainer) -> None:
+        if self._line_open and self._enabled and trainer.global_rank == 0:
+            sys.stdout.write("\n")
+            self._line_open = False
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         self._draw(trainer)
@@ -103,13 +112,13 @@ class RLProgressBar(ProgressBar):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.state.fn == "fit":
             self._draw(trainer, force=True)
-            if self._tty and self._enabled and trainer.global_rank == 0:
-                sys.stdout.write("\n")
+            self._end_line(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._draw(trainer, force=True)
-        if self._tty and self._enabled and trainer.global_rank == 0:
-            sys.stdout.write("\n")
+        # the last line once: a validation at the last step has printed it already
+        if self._drawn_step != trainer.global_step or self._line_open:
+            self._draw(trainer, force=True)
+        self._end_line(trainer)
 
 
 class TestReport(L.Callback):

@@ -51,6 +51,7 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "check_val_every_n_epoch": None,  # the replay stream is one endless epoch
     "num_sanity_val_steps": 0,
     "log_every_n_steps": 500,
+    "enable_model_summary": False,  # the progress line is the output; --trainer.enable_model_summary true shows it
 }
 
 # The default checkpointing: last.ckpt plus the best checkpoint by val/return.
@@ -69,20 +70,37 @@ CHECKPOINT_DEFAULTS: dict[str, Any] = {
 #: reports a length so that Lightning samples each batch right before it is used; checkpoints hold
 #: the state after the step's optimizer updates, which is what resuming needs; a deprecation inside
 #: Lightning's own code; the resolved arguments are passed to LightningCLI explicitly (they are
-#: sys.argv's, not a second set).
+#: sys.argv's, not a second set); every run (a resume, a test) writes into a run folder of its own,
+#: so the checkpoint callback's folder always differs from the one a checkpoint was saved in.
 EXPECTED_WARNINGS = (
     r"Found \d+ module\(s\) in eval mode",
     r"Your `IterableDataset` has `__len__` defined",
     r".*isinstance\(treespec, LeafSpec\)",
     r"Using ModelCheckpoint with manual optimization",
     r"LightningCLI's args parameter is intended",
+    r"The dirpath has changed from",
 )
+
+#: Lightning's info lines that advertise services rather than say something about the run.
+UNASKED_LINES = ("💡 Tip:",)
+
+# the loggers of Lightning's rank_zero_info (the fabric's and the trainer's)
+_RANK_ZERO_LOGS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
+def _said_unasked(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(UNASKED_LINES)
 
 
 def ignore_expected_warnings() -> None:
-    """Hide :data:`EXPECTED_WARNINGS` in this process (what every subcommand does first)."""
+    """Hide :data:`EXPECTED_WARNINGS` and :data:`UNASKED_LINES` in this process (what every subcommand
+    does first)."""
     for message in EXPECTED_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
+    for name in _RANK_ZERO_LOGS:
+        logger = logging.getLogger(name)
+        if _said_unasked not in logger.filters:
+            logger.addFilter(_said_unasked)
 
 
 _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")

@@ -286,6 +286,32 @@ def test_every_shipped_config_parses(name, capsys):
     assert env_id is not None and env_id.group(1) in (CONFIG_DIR / name).read_text()
 
 
+def test_a_run_prints_only_what_a_user_can_act_on(tmp_path, cli_env):
+    tiny = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.val_check_interval", "20",
+            "--data.eval_episodes", "1", "--model.hidden_dims", "[8]", "--data.batch_size", "16",
+            "--progress_bar.log_seconds", "1000", "--learning_curve.filename", ""]
+    runs = [run_cli(["fit", *tiny, "--trainer.max_steps", "40"], tmp_path, cli_env),
+            run_cli(["fit", *tiny, "--trainer.max_steps", "60", "--ckpt_path", "last"], tmp_path, cli_env),
+            run_cli(["test", *tiny, "--ckpt_path", "last", "--data.test_episodes", "1"], tmp_path, cli_env)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+        text = run.stdout + run.stderr
+        for noise in ("Tip:", "litlogger", "litmodels", "Trainable params", "Total params", "| Name ",
+                      "dirpath has changed", "Traceback"):
+            assert noise not in text, (noise, text)
+    # the last line once, though a validation ends the run too
+    assert [line.split(" | ")[0] for line in runs[0].stdout.splitlines()].count("step 40/40") == 1
+    assert [line.split(" | ")[0] for line in runs[1].stdout.splitlines()].count("step 60/60") == 1
+
+
+def test_the_model_summary_is_there_when_asked_for(tmp_path, monkeypatch, lightning_log):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "2", "--data.warmup_steps", "20",
+          "--trainer.limit_val_batches", "0", "--model.hidden_dims", "[8]", "--trainer.enable_model_summary", "true",
+          "--trainer.enable_progress_bar", "false", "--learning_curve.filename", ""])
+    assert "Trainable params" in lightning_log.text
+
+
 def test_progress_line_says_the_time_left():
     from td3_lightning.callbacks import time_left
 
