@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import ProgressBar
 
 from td3_lightning.checkpointing import atomic_path
 from td3_lightning.envloop import EnvLoop
+from td3_lightning.errors import UserInputError
 
 
 def time_left(step: int, max_steps: int | None, rate: float) -> str:
@@ -34,12 +35,15 @@ class RLProgressBar(ProgressBar):
     and after every evaluation, so logs stay short.
 
     Args:
-        refresh_seconds: minimum time between redraws on a terminal.
-        log_seconds: time between lines when the output is not a terminal.
+        refresh_seconds: minimum time between redraws on a terminal (>= 0).
+        log_seconds: time between lines when the output is not a terminal (>= 0; 0 = every step).
     """
 
     def __init__(self, refresh_seconds: float = 0.5, log_seconds: float = 30.0) -> None:
         super().__init__()
+        for name, value in (("refresh_seconds", refresh_seconds), ("log_seconds", log_seconds)):
+            if not value >= 0:
+                raise UserInputError(f"progress_bar.{name} must be >= 0 seconds, got {value}")
         self.refresh_seconds = refresh_seconds
         self.log_seconds = log_seconds
         self._enabled = True

@@ -226,7 +226,7 @@ class TD3CLI(LightningCLIHooks):
         try:
             super().instantiate_classes()
         except MisconfigurationException as err:
-            raise UserInputError("Lightning refuses a trainer or callback option: " + " ".join(str(err).split())) from None
+            raise UserInputError("Lightning refuses a callback option: " + " ".join(str(err).split())) from None
 
     def set_seed(self, seed: Any) -> None:
         # "Seed set to N" is said once the input has passed every check (instantiate_trainer),
@@ -247,7 +247,10 @@ class TD3CLI(LightningCLIHooks):
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
             kwargs["logger"] = TensorBoardLogger(save_dir=config.get("default_root_dir") or os.getcwd(),
                                                  version=SLURMEnvironment.job_id(), default_hp_metric=False)
-        trainer = super().instantiate_trainer(**kwargs)
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments
+            raise UserInputError("Lightning refuses a trainer option: " + " ".join(str(err).split())) from None
         seed = cli_config_value(self, self.config, "seed_everything")
         if seed is not False and seed is not None:
             _SEED_LOG.info(f"Seed set to {seed}")

@@ -45,6 +45,16 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
         raise UserInputError(
             f"trainer.log_every_n_steps must be >= 0 training steps (0: no step logging); got {log_every}"
         )
+    every_epochs = trainer.get("check_val_every_n_epoch")
+    if every_epochs is not None and every_epochs < 1:
+        raise UserInputError(
+            f"trainer.check_val_every_n_epoch must be >= 1 or null (the replay stream is one endless epoch: "
+            f"trainer.val_check_interval counts the steps); got {every_epochs}"
+        )
+    accumulate = trainer.get("accumulate_grad_batches")
+    if accumulate is not None and accumulate != 1:
+        raise UserInputError(f"trainer.accumulate_grad_batches must be 1: TD3 steps its optimizers itself "
+                             f"(manual optimization); got {accumulate}")
     every = (checkpoint or {}).get("every_n_train_steps")
     if every is not None and every < 0:
         raise UserInputError(

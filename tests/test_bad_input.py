@@ -1,9 +1,9 @@
 """Every option of ``fit`` given a wrong value: one ``error:`` line that names the option, exit status 2,
 nothing written.
 
-The cases are generated from the parser: every ``--model.*`` and ``--data.*`` option gets a value of the
-wrong type, and every option with a range gets values below it (zero where zero is out of range, a negative
-number) and above it. An option's range is read from its help text (its one-line docstring, e.g.
+The cases are generated from the parser: every ``--model.*``, ``--data.*``, ``--progress_bar.*`` and
+``--learning_curve.*`` option gets a value of the wrong type, and every option with a range gets values
+below it (zero where zero is out of range, a negative number) and above it. An option's range is read from its help text (its one-line docstring, e.g.
 ``(>= 1)``, ``(> 0)``, ``in [0, 1]``), so ``--help`` shows what the check enforces; a new numeric option
 without a range in its help fails :func:`test_every_numeric_option_declares_its_range`.
 """
@@ -52,6 +52,10 @@ TRAINER_CASES = {
 ACCEPTS = re.compile(r"expected|must|at least|>=|> 0|in \[|in \(|one of")
 
 
+#: the option groups walked: the module's, the datamodule's and the project's callbacks'
+WALKED = ("--model.", "--data.", "--progress_bar.", "--learning_curve.")
+
+
 class _ParseOnly(TD3CLI):
     def instantiate_classes(self) -> None:  # the options only: no env, model or Trainer
         pass
@@ -62,7 +66,7 @@ def _fit_options() -> dict[str, tuple[typing.Any, str]]:
                      **cli_kwargs())
     types = _lightning.cli_option_types(cli, [])
     return {o[2:]: th for o, th in types.items()
-            if o.startswith(("--model.", "--data.")) and not o.endswith("+") and th[0] is not None}
+            if o.startswith(WALKED) and not o.endswith("+") and th[0] is not None}
 
 
 def _number_type(hint: typing.Any) -> tuple[type | None, bool]:

@@ -134,8 +134,17 @@ VAL_CHECK = ('error: trainer.val_check_interval must be a number of training ste
          "error: trainer.log_every_n_steps must be >= 0 training steps (0: no step logging); got -1"),
         (["--checkpoint.every_n_train_steps", "-1"],
          "error: checkpoint.every_n_train_steps must be >= 0 training steps (0 or null: off); got -1"),
-        (["--trainer.max_time", "soon"], "error: Lightning refuses a trainer or callback option: `Timer(duration='soon')` "
-                                         "is not a valid duration. Expected a string in the format DD:HH:MM:SS."),
+        (["--trainer.max_time", "soon"], "error: Lightning refuses a trainer option: `Timer(duration='soon')` is not a "
+                                         "valid duration. Expected a string in the format DD:HH:MM:SS."),
+        (["--trainer.num_nodes", "0"], "error: Lightning refuses a trainer option: `num_nodes` must be a positive "
+                                       "integer, but got 0."),
+        (["--checkpoint.save_top_k", "-5"], "error: Lightning refuses a callback option: Invalid value for "
+                                            "save_top_k=-5. Must be >= -1"),
+        (["--trainer.check_val_every_n_epoch", "0"],
+         "error: trainer.check_val_every_n_epoch must be >= 1 or null (the replay stream is one endless epoch: "
+         "trainer.val_check_interval counts the steps); got 0"),
+        (["--trainer.accumulate_grad_batches", "0"], "error: trainer.accumulate_grad_batches must be 1: TD3 steps its "
+                                                     "optimizers itself (manual optimization); got 0"),
         (["--data.warmup_steps", "-1"], "error: data.warmup_steps must be at least 1, got -1"),
         (["--data.eval_seed", "-1"], "error: data.eval_seed must be at least 0, got -1"),
         (["--data.record_val", "-1"], "error: data.record_val must be at least 0, got -1"),
