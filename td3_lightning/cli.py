@@ -342,13 +342,14 @@ def check_config_file(path: str) -> str:
         return path
     try:
         with open(path, encoding="utf-8") as stream:
-            content = yaml.safe_load(stream)  # the stream's name is the file's in the error's marks
+            content = yaml.safe_load(stream)
     except UnicodeDecodeError:
         raise UserInputError(f"config file {path} is not a text file; pass a YAML file to --config") from None
     except yaml.MarkedYAMLError as err:
-        where = f"line {err.problem_mark.line + 1}, column {err.problem_mark.column + 1}" if err.problem_mark else ""
-        context = f" ({err.context} at line {err.context_mark.line + 1})" if err.context and err.context_mark else ""
-        raise UserInputError(f"config file {path} is not valid YAML: {err.problem} at {where}{context}") from None
+        mark, context = err.problem_mark, err.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        around = f" ({err.context} at line {context.line + 1})" if err.context and context else ""
+        raise UserInputError(f"config file {path} is not valid YAML: {err.problem}{where}{around}") from None
     except yaml.YAMLError as err:
         raise UserInputError(f"config file {path} is not valid YAML: {' '.join(str(err).split())}") from None
     if content is None:

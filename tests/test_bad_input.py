@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 import shutil
+import types
 import typing
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def _fit_options() -> dict[str, tuple[typing.Any, str]]:
 def _number_type(hint: typing.Any) -> tuple[type | None, bool]:
     """``int`` or ``float`` for a (possibly optional, possibly list-of) number option, and whether it is a list."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
         hint = args[0]
     if typing.get_origin(hint) is list and typing.get_args(hint)[0] in (int, float):
         return typing.get_args(hint)[0], True
