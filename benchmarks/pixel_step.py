@@ -54,9 +54,7 @@ def steps_per_second(model: TD3, data: dict[str, torch.Tensor], steps: int) -> f
     generator = torch.Generator().manual_seed(0)
     start = time.perf_counter()
     for i in range(steps):
-        one = data
-        for transform in model.batch_transforms:
-            one = transform(one, generator)
+        one = model.extensions.transform(data, generator)
         model.td3_update(one, torch.randn(data["action"].shape), update_actor=i % 2 == 1)
     return steps / (time.perf_counter() - start)
 

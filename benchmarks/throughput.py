@@ -10,6 +10,7 @@ the median env steps/s of each, the ratios, and the time split of one training s
 
 td3_lightning runs with ``lunar.yaml``'s ``data.steps_per_batch 8`` (eight training steps per
 Lightning batch; the same training, bit for bit); ``--ablations`` adds one step per batch.
+``--options`` adds td3_lightning with each option beyond the paper switched on (its cost per step).
 ``--baseline DIR`` adds td3_lightning from another checkout (e.g. ``git worktree add /tmp/base <commit>``),
 run alternately with this one, to compare two versions side by side in one run.
 """
@@ -181,6 +182,17 @@ ABLATIONS = {
         n, d, ("--model.compile_mode", "reduce-overhead")),
 }
 
+# --options: td3_lightning with one of the options beyond the paper switched on (docs/options.md)
+OPTIONS = {
+    "td3_lightning + layer_norm": lambda n, d: run_td3_lightning(n, d, ("--model.layer_norm", "true")),
+    "td3_lightning + normalize_obs": lambda n, d: run_td3_lightning(n, d, ("--model.normalize_obs", "true")),
+    "td3_lightning + SALE (embedding_dim 256)": lambda n, d: run_td3_lightning(
+        n, d, ("--model.embedding_dim", "256", "--model.target_update_every", "250")),
+    "td3_lightning + LAP sampler": lambda n, d: run_td3_lightning(n, d, ("--data.sampler", "lap")),
+    "td3_lightning + TD7 set (SALE, LAP)": lambda n, d: run_td3_lightning(
+        n, d, ("--model.embedding_dim", "256", "--model.target_update_every", "250", "--data.sampler", "lap")),
+}
+
 
 # ----------------------------------------------------------------------------- driver
 def main() -> None:
@@ -194,11 +206,13 @@ def main() -> None:
     parser.add_argument("--ablations", action="store_true",
                         help="also run td3_lightning with one training step per batch, without flush_denormal, "
                         "with Lightning's hooked update and with compiled losses (default and reduce-overhead)")
+    parser.add_argument("--options", action="store_true",
+                        help="also run td3_lightning with each option beyond the paper (docs/options.md) switched on")
     parser.add_argument("--baseline", metavar="DIR",
                         help="also run td3_lightning from the source tree DIR (another commit's checkout)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one run
     args = parser.parse_args()
-    runners = {**RUNNERS, **ABLATIONS}
+    runners = {**RUNNERS, **ABLATIONS, **OPTIONS}
     if args.baseline:
         runners[BASELINE] = lambda n, d: run_td3_lightning(n, d, checkout=args.baseline)
 
@@ -207,6 +221,7 @@ def main() -> None:
         return
 
     names = [n for n in RUNNERS if n not in args.skip] + (list(ABLATIONS) if args.ablations else [])
+    names += list(OPTIONS) if args.options else []
     names += [BASELINE] if args.baseline else []
     results: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for r in range(args.repeats):

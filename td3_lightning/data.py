@@ -28,6 +28,7 @@ from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env
 from td3_lightning.errors import UserInputError
 from td3_lightning.evaluation import EpisodeStream, Policy
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer
+from td3_lightning.samplers import LAPSampler
 from td3_lightning.video import log_tensorboard_video, write_video
 
 # Training episodes are seeded from this value up, so evaluation and test seeds below it
@@ -132,6 +133,8 @@ class ReplayDataModule(L.LightningDataModule):
         privileged_critic: the critics see the env's info["privileged_obs"], the actor only the observation.
         steps_per_batch: training steps per Lightning batch: the same training with less loop overhead (>= 1).
         n_step: steps per replayed transition: n-step returns (>= 1; 1 = TD3's one-step target).
+        sampler: uniform, or lap: in proportion to the TD error (LAP, with its matching critic loss).
+        priority_alpha: lap: the exponent of the priorities max(|TD error|, 1) (>= 0; 0 = uniform).
         num_workers: must be 0: the buffer lives in the main process, batches are sampled there.
     """
 
@@ -160,6 +163,8 @@ class ReplayDataModule(L.LightningDataModule):
         privileged_critic: bool = False,
         steps_per_batch: int = 1,
         n_step: int = 1,
+        sampler: str = "uniform",
+        priority_alpha: float = 0.4,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -183,6 +188,10 @@ class ReplayDataModule(L.LightningDataModule):
             raise UserInputError(f"data.utd_ratio must be > 0, got {utd_ratio}")
         if vector_mode not in ("async", "sync"):
             raise UserInputError(f"data.vector_mode must be async or sync, got {vector_mode!r}")
+        if sampler not in ("uniform", "lap"):
+            raise UserInputError(f"data.sampler must be uniform or lap, got {sampler!r}")
+        if not priority_alpha >= 0:  # NaN too
+            raise UserInputError(f"data.priority_alpha must be >= 0, got {priority_alpha}")
         if video_format not in ("mp4", "gif"):
             raise UserInputError(f"data.video_format must be mp4 or gif, got {video_format!r}")
         if buffer_device != "auto" and not _is_device(buffer_device):
@@ -208,6 +217,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.frame_stack = frame_stack
         self.steps_per_batch = steps_per_batch
         self.n_step = n_step
+        self.sampler, self.priority_alpha = sampler, priority_alpha
         self.chunk_steps = steps_per_batch  # what this fit uses (see chunk_steps)
         self._collector: Callable[[], None] | None = None  # see attach_collector
 
@@ -329,12 +339,18 @@ class ReplayDataModule(L.LightningDataModule):
         """Image observations of stacked frames share their frames; anything else is stored whole."""
         stack = self.spec.frame_stack if self.frame_stack is None else self.frame_stack
         if len(self.spec.obs_shape) == 3 and stack > 1:
+            if self.sampler != "uniform":
+                raise UserInputError(f"data.sampler {self.sampler} needs a replay of whole observations: set "
+                                     "data.frame_stack 1 or data.sampler uniform")
             return FrameStackReplay(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), stack, device,
                                     num_streams=self.num_envs, critic_obs_shape=self._critic_obs_shape,
                                     n_step=self.n_step)
-        return ReplayBuffer(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), self.spec.obs_dtype,
-                            device, critic_obs_shape=self._critic_obs_shape, n_step=self.n_step,
-                            num_streams=self.num_envs)
+        buffer = ReplayBuffer(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), self.spec.obs_dtype,
+                              device, critic_obs_shape=self._critic_obs_shape, n_step=self.n_step,
+                              num_streams=self.num_envs)
+        if self.sampler == "lap":
+            buffer.sampler = LAPSampler(self.buffer_size, self.priority_alpha, device)
+        return buffer
 
     def _device(self) -> torch.device:
         trainer = self.trainer
@@ -351,6 +367,8 @@ class ReplayDataModule(L.LightningDataModule):
         """The next training batch: a restored in-flight batch first, then fresh samples."""
         if self._pending:
             batch = self._pending.popleft()
+            if isinstance(self.buffer, ReplayBuffer) and self.buffer.sampler is not None:
+                self.buffer.sampler.track(batch)  # its priorities are read back before the next draw
         else:
             assert self.buffer is not None, "setup('fit') creates the buffer"
             batch = self.buffer.sample(self.batch_size, self._sample_gen)

@@ -2,7 +2,7 @@
 
 The module never touches an environment: the ``EnvLoop`` callback steps the envs and fills the
 replay buffer, and ``training_step`` receives replay batches. What is not the paper plugs in at
-named seams (``extensions/``: actor-loss terms, batch transforms, step hooks) or wraps the update
+named seams (``extensions/``: actor-loss terms, auxiliary losses, batch transforms, step hooks) or wraps the update
 from outside: the optimizer-stepping paths and ``torch.compile`` (``stepping.py``), the non-finite
 guard (``guards.py``), training statistics (``stats.py``), schedules (``schedules.py``).
 Every option is explained in ``docs/options.md``.
@@ -10,7 +10,6 @@ Every option is explained in ``docs/options.md``.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,11 +26,13 @@ from td3_lightning.hparams import check_hparams
 from td3_lightning.metrics import EpisodeMetrics
 from td3_lightning.networks import build_networks
 from td3_lightning.random_stream import RandomStream
+from td3_lightning.samplers import lap_loss
 from td3_lightning.schedules import Schedules, run_length
 from td3_lightning.stats import TrainingStatistics
 from td3_lightning.stepping import ACTOR, AUXILIARY, COMPILE_MODES, CRITIC, Stepper
 
 __all__ = ["TD3", "NonFiniteError", "COMPILE_MODES"]
+COUNTS = ("num_critic_updates", "num_actor_updates")  # saved in the checkpoint's td3_lightning section
 
 
 class TD3(L.LightningModule):
@@ -45,6 +46,7 @@ class TD3(L.LightningModule):
         critic_obs_shape: shape of the critics' privileged observation (linked from data.privileged_critic).
         hidden_dims: hidden layer sizes of the actor and of every critic.
         layer_norm: a LayerNorm on every hidden layer of the actor and the critics.
+        normalize_obs: standardise vector observations by running statistics, kept in the actor (and its exports).
         embedding_dim: length of SALE state and state-action embeddings fed to actor and critics (0 = off).
         embedding_lr: Adam learning rate of the SALE encoder (> 0).
         num_critics: number of critics; the target takes the minimum over all of them (>= 2).
@@ -85,6 +87,7 @@ class TD3(L.LightningModule):
         critic_obs_shape: list[int] | None = None,
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
         layer_norm: bool = False,
+        normalize_obs: bool = False,
         embedding_dim: int = 0,
         embedding_lr: float = 3e-4,
         num_critics: int = 2,
@@ -119,16 +122,14 @@ class TD3(L.LightningModule):
         if flush_denormal:  # before the networks: CPU threads started later inherit the setting
             torch.set_flush_denormal(True)
         networks = build_networks(obs_shape, action_low, action_high, hidden_dims, num_critics, critic_obs_shape,
-                                  encoder, encoder_features, shared_encoder, layer_norm, embedding_dim)
+                                  encoder, encoder_features, shared_encoder, layer_norm, embedding_dim, normalize_obs)
         self.actor, self.critic = networks.actor, networks.critic
         self.extensions = build_extensions(self.hparams, networks)  # what is beyond the paper, by seam
-        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False).eval()
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False).eval()
+        self.actor_target, self.critic_target = networks.targets()  # frozen copies
         self.schedules = Schedules(exploration_noise, exploration_noise_final, lr_final_factor, schedule_steps)
         self.num_critic_updates = self.num_actor_updates = 0
         self.random_stream = RandomStream()  # target noise, shifts, reset seeds; saved in checkpoints
-        self.stepper = Stepper()
-        self.stats = TrainingStatistics()
+        self.stepper, self.stats = Stepper(), TrainingStatistics()
         self.episode_metrics = EpisodeMetrics()
         self.test_episodes: dict[str, list[float]] = {}  # the last test's episodes, for TestReport
         self._compiled: Any | None = None  # the compiled td3_update (compile_mode)
@@ -139,8 +140,7 @@ class TD3(L.LightningModule):
         """``y = r + gamma * (1 - terminated) * min_i Q'_i(s', clip(pi'(s') + clip(eps, -c, c), low, high))``;
         ``noise``: standard-normal draws shaped like the actions (drawn here if None)."""
         hp, scale, bias = self.hparams, self.actor.action_scale, self.actor.action_bias
-        if noise is None:
-            noise = self.random_stream.standard_normal(batch["action"])
+        noise = self.random_stream.standard_normal(batch["action"]) if noise is None else noise
         eps = (noise * hp.policy_noise).clamp(-hp.noise_clip, hp.noise_clip) * scale  # target policy smoothing
         next_action = torch.clamp(self.actor_target(batch["next_obs"]) + eps, bias - scale, bias + scale)
         next_q = self.critic_target(critic_view(batch, next_obs=True), next_action).min(0).values  # clipped double Q
@@ -148,9 +148,13 @@ class TD3(L.LightningModule):
         return batch["reward"] + batch.get("discount", hp.gamma) * not_done * next_q  # discount: n-step's gamma^m
 
     def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``sum_i mean (Q_i(s, a) - y)^2``; also returns the critics' Q values ``(num_critics, batch)``."""
+        """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on prioritised batches) and the Q values ``(critics, batch)``."""
         q = self.critic(critic_view(batch), batch["action"])
-        return (q - self.td_target(batch, noise)).pow(2).mean(dim=1).sum(), q
+        td = q - self.td_target(batch, noise)
+        if "priority" in batch:  # a prioritised batch (data.sampler lap): LAP's loss; the new priorities go back
+            batch["priority"].copy_(td.detach().abs().max(dim=0).values)
+            return lap_loss(td), q
+        return td.pow(2).mean(dim=1).sum(), q
 
     def actor_loss(self, batch: dict[str, Tensor]) -> Tensor:
         """``-mean Q_1(s, pi(s))`` with the critic's weights held fixed, plus the actor-loss terms."""
@@ -173,8 +177,7 @@ class TD3(L.LightningModule):
 
     def td3_update(self, batch: dict[str, Tensor], noise: Tensor, update_actor: bool
                    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """One TD3 update in the paper's order; returns the critic loss, the critics' Q values and
-        the actor loss (None without the delayed actor step)."""
+        """One TD3 update in the paper's order -> critic loss, the critics' Q values, actor loss (or None)."""
         for i, auxiliary in enumerate(self.extensions.auxiliary_losses.values()):  # e.g. SALE's encoder
             loss = auxiliary(batch)
             self.stepper.step(self, AUXILIARY + i, loss, (auxiliary,))
@@ -214,9 +217,9 @@ class TD3(L.LightningModule):
                 metrics = {**self.stats.means(), **self.schedules.metrics(self.global_step, run_length(self))}
                 self.log_dict(metrics, on_step=True, on_epoch=False)
 
-    def on_fit_start(self) -> None:
-        self.extensions.on_fit_start(self)  # e.g. the teacher is read
-        self.random_stream.generator(self.device)  # seeded now, in a fixed order among the seeded streams
+    def on_fit_start(self) -> None:  # the teacher is read, then the random stream seeded (a fixed order of draws)
+        self.extensions.on_fit_start(self)
+        self.random_stream.generator(self.device)
 
     def on_train_start(self) -> None:
         self.extensions.on_train_start(self)
@@ -274,12 +277,10 @@ class TD3(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:  # never one with non-finite weights
         self.check_finite(checkpoint.get("state_dict"), f"; the checkpoint at step {self.global_step} was not written")
-        checkpointing.write_td3_section(checkpoint, num_critic_updates=self.num_critic_updates,
-                                        num_actor_updates=self.num_actor_updates,
-                                        noise_rng=self.random_stream.get_state())
+        counts = dict(zip(COUNTS, (self.num_critic_updates, self.num_actor_updates)))
+        checkpointing.write_td3_section(checkpoint, **counts, noise_rng=self.random_stream.get_state())
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         meta = checkpointing.check_checkpoint_meta(checkpoint)
-        self.num_critic_updates = int(meta.get("num_critic_updates", 0))
-        self.num_actor_updates = int(meta.get("num_actor_updates", 0))
+        self.num_critic_updates, self.num_actor_updates = (int(meta.get(k, 0)) for k in COUNTS)
         self.random_stream.set_state(meta.get("noise_rng"))

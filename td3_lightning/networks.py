@@ -9,6 +9,7 @@ nothing else.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -18,6 +19,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from td3_lightning.embeddings import FixedEncoder, SALEEncoder, SALEStateActionInput, SALEStateInput
+from td3_lightning.normalization import ObservationNormalizer
 
 
 def mlp(sizes: Sequence[int], activation: type[nn.Module] = nn.ReLU, layer_norm: bool = False) -> nn.Sequential:
@@ -93,6 +95,7 @@ class Actor(nn.Module):
         detach_encoder: the actor's loss does not train the encoder (an encoder shared with
             the critics, which train it).
         layer_norm: a LayerNorm on every hidden layer (before its activation).
+        normalizer: applied to observations first (:class:`~td3_lightning.normalization.ObservationNormalizer`).
     """
 
     action_scale: Tensor
@@ -107,10 +110,12 @@ class Actor(nn.Module):
         encoder: nn.Module | None = None,
         detach_encoder: bool = False,
         layer_norm: bool = False,
+        normalizer: nn.Module | None = None,
     ) -> None:
         super().__init__()
         low = torch.as_tensor(action_low, dtype=torch.float32)
         high = torch.as_tensor(action_high, dtype=torch.float32)
+        self.normalizer = normalizer
         self.encoder = encoder
         self.detach_encoder = detach_encoder
         in_dim = encoder.out_dim if encoder is not None else obs_dim
@@ -122,7 +127,9 @@ class Actor(nn.Module):
         return self.act(self.features(obs))
 
     def features(self, obs: Tensor) -> Tensor:
-        """What the policy's MLP reads: the encoder's features, or the observation itself."""
+        """What the policy's MLP reads: the encoder's features, or the (normalised) observation itself."""
+        if self.normalizer is not None:
+            obs = self.normalizer(obs)
         return encode(self.encoder, obs, self.detach_encoder)
 
     def act(self, features: Tensor) -> Tensor:
@@ -151,15 +158,17 @@ class CriticEnsemble(nn.Module):
             (:class:`~td3_lightning.embeddings.SALEStateActionInput`).
         activation: ``relu`` or ``elu`` between the layers.
         layer_norm: a LayerNorm (one per critic) on every hidden layer, before its activation.
+        normalizer: applied to observations first (shared with the actor).
     """
 
     def __init__(
         self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int] = (256, 256), num_critics: int = 2,
         encoder: nn.Module | None = None, input_layer: nn.Module | None = None, activation: str = "relu",
-        layer_norm: bool = False,
+        layer_norm: bool = False, normalizer: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.num_critics = num_critics
+        self.normalizer = normalizer
         self.encoder = encoder
         self.input_layer = input_layer
         self.activation = ACTIVATIONS[activation]
@@ -191,6 +200,8 @@ class CriticEnsemble(nn.Module):
 
     def forward(self, obs: Tensor, action: Tensor) -> Tensor:
         """All critics: ``(num_critics, batch)``."""
+        if self.normalizer is not None:
+            obs = self.normalizer(obs)
         if self.input_layer is not None:
             x = self.input_layer(obs, action)
         else:
@@ -208,6 +219,8 @@ class CriticEnsemble(nn.Module):
         With ``detach_params`` the critic's weights get no gradient (the actor update only
         needs ``dQ/da``), which saves the weight-gradient kernels.
         """
+        if self.normalizer is not None:
+            obs = self.normalizer(obs)
         if self.input_layer is not None:
             x = self.input_layer(obs, action, member=0, detach_params=detach_params)
         else:
@@ -231,12 +244,20 @@ class Networks(NamedTuple):
     critic: CriticEnsemble
     embedding: SALEEncoder | None = None
     fixed_embedding: FixedEncoder | None = None
+    normalizer: ObservationNormalizer | None = None  # shared by actor, critics and their targets
+
+    def targets(self) -> tuple[Actor, CriticEnsemble]:
+        """Frozen copies of actor and critics for the target networks; they share the observation
+        normaliser (the same statistics), and copy everything else."""
+        shared = {id(self.normalizer): self.normalizer}
+        return tuple(copy.deepcopy(net, dict(shared)).requires_grad_(False).eval()  # type: ignore[return-value]
+                     for net in (self.actor, self.critic))
 
 
 def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action_high: Sequence[float],
                    hidden_dims: Sequence[int], num_critics: int, critic_obs_shape: Sequence[int] | None,
                    encoder: str, encoder_features: int, shared_encoder: bool, layer_norm: bool = False,
-                   embedding_dim: int = 0) -> Networks:
+                   embedding_dim: int = 0, normalize_obs: bool = False) -> Networks:
     """The actor and the critic ensemble for the module's options.
 
     Image observations with ``encoder`` ``auto`` (or ``cnn``) get a :class:`PixelEncoder`, shared by
@@ -244,17 +265,20 @@ def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action
     critics are MLPs on that privileged vector and the actor alone has an encoder. With
     ``embedding_dim`` (vector observations) actor and critics read SALE embeddings as TD7 does: the
     actor ``[AvgL1Norm(linear(s)), z_s]``, each critic ``[AvgL1Norm(linear(s, a)), z_sa, z_s]`` with ELU.
+    With ``normalize_obs`` (vector observations) both read observations through one
+    :class:`~td3_lightning.normalization.ObservationNormalizer`.
     """
+    norm = ObservationNormalizer(int(obs_shape[0])) if normalize_obs else None
     if embedding_dim:
         obs_dim, action_dim, width = int(obs_shape[0]), len(action_low), int(hidden_dims[0])
         sale = SALEEncoder(obs_dim, action_dim, embedding_dim, width)
         fixed = FixedEncoder(sale)
         actor = Actor(obs_dim, action_low, action_high, hidden_dims, SALEStateInput(obs_dim, width, fixed),
-                      layer_norm=layer_norm)
+                      layer_norm=layer_norm, normalizer=norm)
         critic_input = SALEStateActionInput(obs_dim, action_dim, width, num_critics, fixed)
         critic = CriticEnsemble(obs_dim, action_dim, hidden_dims, num_critics, input_layer=critic_input,
-                                activation="elu", layer_norm=layer_norm)
-        return Networks(actor, critic, sale, fixed)
+                                activation="elu", layer_norm=layer_norm, normalizer=norm)
+        return Networks(actor, critic, sale, fixed, norm)
     obs_dim, action_dim = int(obs_shape[0]), len(action_low)
     cnn = encoder == "cnn" or (encoder == "auto" and len(obs_shape) == 3)
     privileged = critic_obs_shape is not None
@@ -265,7 +289,8 @@ def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action
     else:
         actor_encoder = PixelEncoder(obs_shape, encoder_features) if cnn else None
     actor = Actor(obs_dim, action_low, action_high, hidden_dims, actor_encoder, detach_encoder=share,
-                  layer_norm=layer_norm)
+                  layer_norm=layer_norm, normalizer=norm)
     critic_dim = int(critic_obs_shape[0]) if critic_obs_shape is not None else obs_dim
-    return Networks(actor, CriticEnsemble(critic_dim, action_dim, hidden_dims, num_critics, critic_encoder,
-                                          layer_norm=layer_norm))
+    critic = CriticEnsemble(critic_dim, action_dim, hidden_dims, num_critics, critic_encoder, layer_norm=layer_norm,
+                            normalizer=norm)
+    return Networks(actor, critic, normalizer=norm)

@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from td3_lightning.samplers import LAPSampler
+
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
 #: the privileged observations of a transition, for an asymmetric critic (``critic_obs_shape``)
 CRITIC_FIELDS = ("critic_obs", "next_critic_obs")
@@ -193,6 +195,7 @@ class ReplayBuffer(_Replay):
         self.fields = FIELDS if self.critic_obs_shape is None else FIELDS + CRITIC_FIELDS
         self.pos = 0  # next slot to write
         self.size = 0  # filled slots
+        self.sampler: LAPSampler | None = None  # None: uniform draws; see samplers.py
         # on the CPU, writes go through numpy views of the same memory (about 3 us instead of 60)
         self._host = [getattr(self, f).numpy() for f in self.fields] if self.device.type == "cpu" else None
 
@@ -219,13 +222,18 @@ class ReplayBuffer(_Replay):
             for f, src in zip(self.fields, values):
                 dst = getattr(self, f)
                 dst[idx] = torch.as_tensor(np.asarray(src), device=self.device, dtype=dst.dtype)
+        if self.sampler is not None:
+            self.sampler.added((torch.arange(n) + self.pos) % self.capacity)
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Tensor]:
-        """``batch_size`` transitions drawn uniformly with replacement from the filled slots
-        (n-step transitions with ``n_step`` > 1)."""
-        return self.gather_n_step(self._draw(batch_size, generator))
+        """``batch_size`` transitions drawn with replacement from the filled slots, uniformly or by the
+        :attr:`sampler` (n-step transitions with ``n_step`` > 1)."""
+        if self.sampler is None:
+            return self.gather_n_step(self._draw(batch_size, generator))
+        slots = self.sampler.draw(self.size, batch_size, generator)
+        return self.sampler.hand_out(self.gather_n_step(slots), slots)
 
     def gather(self, idx: Tensor, last: Tensor | None = None) -> dict[str, Tensor]:
         """The transitions at ``idx`` as a dict of tensors; ``next_obs``, ``terminated`` (and
@@ -244,6 +252,8 @@ class ReplayBuffer(_Replay):
         for f in FIELDS:
             # clone: a slice would serialise the whole preallocated storage
             state[f] = getattr(self, f)[:n].to("cpu", copy=True)
+        if self.sampler is not None:
+            state["sampler"] = self.sampler.state_dict(n)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -274,6 +284,10 @@ class ReplayBuffer(_Replay):
             dst[:n] = src.to(self.device, dst.dtype)
         self._load_critic_state(state, n)
         self.pos, self.size = int(state["pos"]), n
+        if self.sampler is not None and state.get("sampler") is not None:
+            self.sampler.load_state_dict(state["sampler"])
+        elif self.sampler is not None:  # a checkpoint of uniform sampling: every transition starts at the top
+            self.sampler.added(torch.arange(n))
 
 
 class FrameStackReplay(_Replay):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,25 @@ def test_training_without_the_env_loop_says_how_to_add_it():
                                              r"L\.Trainer\(callbacks=\[td3_lightning\.EnvLoop\(\)\]\)$"):
         trainer.fit(model, dm)
     assert isinstance(EnvLoop(), L.Callback)
+
+
+def test_the_td3_class_reads_on_a_few_screens():
+    """The paper's algorithm and the Lightning plumbing it needs; options live in extensions/."""
+    tree = ast.parse((PACKAGE / "module.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TD3")
+    assert cls.end_lineno - cls.lineno + 1 <= 250
+    update = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "td3_update")
+    assert update.end_lineno - update.lineno + 1 <= 25
+
+
+PRIVATE_LIGHTNING = re.compile(
+    r"\b(trainer|strategy|parser|cli|self|LightningCLI|fit_loop|epoch_loop|connector)\._(?!_)(get|lightning_optimizers|"
+    r"option_string_actions|subcommand_parsers|results|data_fetcher|batches_that_stepped|optimizer_step|"
+    r"checkpoint_connector|logger_connector|accelerator_connector)\b")
+
+
+def test_private_lightning_and_jsonargparse_attributes_are_used_in_lightning_py_only():
+    assert PRIVATE_LIGHTNING.search("x = trainer.strategy._lightning_optimizers") is not None  # the pattern bites
+    users = [p.name for p in PACKAGE.rglob("*.py") if p.name != "_lightning.py" and PRIVATE_LIGHTNING.search(p.read_text())]
+    assert users == []
+    assert PRIVATE_LIGHTNING.search((PACKAGE / "_lightning.py").read_text()) is not None

@@ -40,7 +40,7 @@ RANGE_NOT_IN_HELP = {
 #: Options that take text from a fixed set, with a value outside it.
 CHOICES = {
     "model.encoder": "bogus", "model.compile_mode": "bogus", "data.vector_mode": "bogus",
-    "data.video_format": "avi", "data.buffer_device": "bogus",
+    "data.video_format": "avi", "data.buffer_device": "bogus", "data.sampler": "bogus",
 }
 #: The Trainer and checkpoint options this project counts in training steps, with values it refuses.
 TRAINER_CASES = {

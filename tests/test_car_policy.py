@@ -69,7 +69,7 @@ def test_shipped_pixel_driver_drives_held_out_tracks_from_frames(tmp_path, monke
 
 def test_shipped_drivers_act_as_recorded_on_fixed_observations():
     """The actions both shipped drivers gave on these observations when they were trained (the pixel
-    checkpoint's state-prediction head moved under ``actor_terms`` when the extensions got their own files)."""
+    checkpoint's state-prediction head moved under ``extensions.actor_terms`` when the extensions got their own files)."""
     recorded = {
         SHIPPED: [[0.9998083114624023, -1.0], [0.9956796765327454, 0.9933266043663025], [-1.0, -1.0],
                   [-0.9959514737129211, -1.0]],

@@ -151,12 +151,12 @@ def test_pixel_actor_keeps_its_own_encoder_and_the_state_head_adds_its_error():
     batch = {"obs": torch.randint(0, 255, (3, 4, 36, 36), dtype=torch.uint8), "critic_obs": torch.randn(3, 5)}
     features = model.actor.features(batch["obs"])
     q = model.critic.q1(batch["critic_obs"], model.actor.act(features))
-    error = (model.actor_terms["state_prediction"].head(features) - batch["critic_obs"]).pow(2).mean()
+    error = (model.extensions.actor_terms["state_prediction"].head(features) - batch["critic_obs"]).pow(2).mean()
     assert torch.allclose(model.actor_loss(batch), -q.mean() + 0.5 * error)
     assert torch.allclose(model.stats.means()["train/state_prediction_loss"], error)
     assert "train/state_prediction_loss" not in model.stats.means()  # each log starts afresh
     trained = {id(p) for g in model.configure_optimizers()[1].param_groups for p in g["params"]}
-    assert {id(p) for p in model.actor_terms["state_prediction"].head.parameters()} <= trained  # the actor's optimizer trains the head
+    assert {id(p) for p in model.extensions.actor_terms["state_prediction"].head.parameters()} <= trained  # the actor's optimizer trains the head
     assert {id(p) for p in model.actor.encoder.parameters()} <= trained
     assert not any(k.startswith("actor_terms") for k in model.actor.state_dict())  # not part of the policy
 
@@ -246,9 +246,9 @@ def test_teacher_term_is_the_squared_action_distance_in_half_ranges(tmp_path):
         load_teacher(str(tmp_path / "t.ckpt"), model)
     model = TD3([2], [-1.0], [1.0], critic_obs_shape=[3], hidden_dims=[8],
                 teacher=str(tmp_path / "t.ckpt"), teacher_weight=3.0)
-    model.actor_terms["teacher"].teacher = (load_teacher(model.hparams.teacher, model),)
+    model.extensions.actor_terms["teacher"].teacher = (load_teacher(model.hparams.teacher, model),)
     batch = {"obs": torch.randn(5, 2), "critic_obs": torch.randn(5, 3)}
-    assert torch.allclose(model.actor_terms["teacher"].teacher[0](batch["critic_obs"]), torch.full((5, 1), 0.5))
+    assert torch.allclose(model.extensions.actor_terms["teacher"].teacher[0](batch["critic_obs"]), torch.full((5, 1), 0.5))
     actions = model.actor(batch["obs"])
     q = model.critic.q1(batch["critic_obs"], actions)
     assert torch.allclose(model.actor_loss(batch), -q.mean() + 3.0 * (actions - 0.5).pow(2).mean())

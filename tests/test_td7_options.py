@@ -122,3 +122,137 @@ def test_a_sale_run_resumes_exactly(tmp_path):
     _, resumed, _, _ = _fit(tmp_path / "b2", 120, ckpt_path=tmp_path / "b" / "s60.ckpt", **kw)
     for name, tensor in straight.state_dict().items():
         assert torch.equal(tensor, resumed.state_dict()[name]), name
+
+
+# ----------------------------------------------------------------------------- LAP
+def test_lap_loss_is_huber_at_one_summed_over_critics_and_averaged_over_the_batch():
+    from td3_lightning.samplers import lap_loss
+
+    td = torch.tensor([[0.5, -2.0], [1.5, 0.2]])  # (critics, batch)
+    # 0.5 * 0.25 + 1.5 = 1.625 for the first transition, 2.0 + 0.5 * 0.04 = 2.02 for the second
+    assert torch.allclose(lap_loss(td), torch.tensor((1.625 + 2.02) / 2))
+
+
+def test_lap_sampler_draws_in_proportion_to_the_priorities_and_new_transitions_start_at_the_top():
+    from td3_lightning.samplers import LAPSampler
+
+    sampler = LAPSampler(capacity=4, alpha=1.0)
+    sampler.added(torch.arange(2))
+    assert sampler.priority.tolist() == [1.0, 1.0, 0.0, 0.0]
+    batch = sampler.hand_out({"reward": torch.zeros(2)}, torch.tensor([0, 1]))
+    batch["priority"].copy_(torch.tensor([0.5, 3.0]))  # what the update writes: max_i |TD error|
+    draws = sampler.draw(2, 40_000, torch.Generator().manual_seed(0))
+    assert sampler.priority[:2].tolist() == [1.0, 3.0]  # clamped at 1, then ** alpha
+    assert abs(draws.float().mean().item() - 0.75) < 0.01  # slot 1 three times as likely
+    sampler.added(torch.tensor([2]))
+    assert sampler.priority[2].item() == 3.0  # the largest priority seen
+
+
+def test_a_prioritised_batch_gets_lap_loss_and_hands_back_its_largest_td_errors():
+    m = make()
+    b = batch_of()
+    plain_loss, q = m.critic_loss(b, torch.zeros(5, 2))
+    b["priority"] = torch.full((5,), float("nan"))
+    loss, _ = m.critic_loss(b, torch.zeros(5, 2))
+    td = q - m.td_target(b, torch.zeros(5, 2))
+    assert torch.allclose(b["priority"], td.abs().max(dim=0).values)
+    assert torch.allclose(plain_loss, td.pow(2).mean(dim=1).sum())
+    assert torch.allclose(loss, torch.where(td.abs() < 1, 0.5 * td.pow(2), td.abs()).sum(0).mean())
+
+
+def _fit_lap(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None, alpha: float = 0.4):
+    import lightning as L
+    from conftest import quiet_trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from td3_lightning import EnvLoop, ReplayDataModule
+
+    L.seed_everything(123)
+    dm = ReplayDataModule("td3test/ConstantReward-v0", warmup_steps=20, batch_size=16, buffer_size=70,
+                          sampler="lap", priority_alpha=alpha)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], actor_lr=1e-3, critic_lr=1e-3)
+    callbacks = [EnvLoop()]
+    if every is not None:
+        callbacks.append(ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=every, save_top_k=-1, filename="s{step}",
+                                         auto_insert_metric_name=False))
+    quiet_trainer(max_steps=max_steps, callbacks=callbacks, enable_checkpointing=every is not None).fit(
+        model, dm, ckpt_path=ckpt_path)
+    return model, dm
+
+
+def test_a_lap_run_resumes_exactly_with_its_priorities(tmp_path):
+    straight, dm_a = _fit_lap(tmp_path / "a", 120)
+    _fit_lap(tmp_path / "b", 60, every=60)
+    resumed, dm_b = _fit_lap(tmp_path / "b2", 120, ckpt_path=tmp_path / "b" / "s60.ckpt")
+    assert dm_a.buffer.sampler.priority.max() > 1.0  # priorities moved away from the start
+    assert torch.equal(dm_a.buffer.sampler.priority, dm_b.buffer.sampler.priority)
+    for name, tensor in straight.state_dict().items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+    uniform, _ = _fit_lap(tmp_path / "c", 120, alpha=0.0)  # alpha 0: every priority is 1, uniform draws
+    assert not torch.equal(uniform.critic.weights[0], straight.critic.weights[0])
+
+
+def test_lap_needs_a_replay_of_whole_observations():
+    from td3_lightning import ReplayDataModule
+
+    with pytest.raises(UserInputError, match=r"data.sampler must be uniform or lap, got 'per'"):
+        ReplayDataModule("Pendulum-v1", sampler="per")
+    with pytest.raises(UserInputError, match=r"data.priority_alpha must be >= 0, got -1"):
+        ReplayDataModule("Pendulum-v1", sampler="lap", priority_alpha=-1)
+
+
+# ----------------------------------------------------------------------------- observation normalisation
+def test_running_statistics_equal_the_moments_of_everything_merged():
+    from td3_lightning.normalization import ObservationNormalizer
+
+    norm = ObservationNormalizer(3)
+    assert torch.equal(norm(torch.tensor([[1.0, -2.0, 3.0]])), torch.tensor([[1.0, -2.0, 3.0]]))  # identity at first
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1]) + torch.tensor([2.0, -3.0, 7.0])
+    for chunk in x.split(77):
+        norm.update(chunk)
+    assert norm.count.item() == 1000
+    assert torch.allclose(norm.mean.double(), x.mean(0), atol=1e-5)
+    assert torch.allclose(norm.var.double(), x.var(0, unbiased=False), rtol=1e-4)
+    expected = ((x[:4] - x.mean(0)) / (x.var(0, unbiased=False) + 1e-8).sqrt()).float()
+    assert torch.allclose(norm(x[:4]), expected, atol=1e-4)
+    assert norm(torch.tensor([[1e6, 0.0, 0.0]]))[0, 0].item() == 10.0  # clipped
+
+
+def test_normalised_observations_are_part_of_the_policy_and_shared_with_critics_and_targets():
+    m = make(normalize_obs=True)
+    norm = m.actor.normalizer
+    assert norm is m.critic.normalizer is m.actor_target.normalizer is m.critic_target.normalizer
+    b = batch_of(64)
+    b["obs"] = b["obs"] * 10 + 5
+    m.extensions.transform(b, torch.Generator())  # the replay batch updates the statistics
+    assert norm.count.item() == 64 and torch.allclose(norm.mean, b["obs"].mean(0), atol=1e-5)
+    plain = make()  # the same weights, drawn from the same seed: its actor reads what the normaliser gives
+    assert torch.allclose(m.actor(b["obs"]), plain.actor(norm(b["obs"])))
+    assert {"actor.normalizer.mean", "actor.normalizer.var", "actor.normalizer.count"} <= set(m.state_dict())
+
+
+def test_normalize_obs_refuses_images_and_privileged_critics():
+    with pytest.raises(UserInputError, match=r"model.normalize_obs standardises vector observations"):
+        TD3([4, 40, 40], [-1.0], [1.0], normalize_obs=True)
+    with pytest.raises(UserInputError, match=r"model.normalize_obs standardises vector observations"):
+        make(normalize_obs=True, critic_obs_shape=[5])
+
+
+def test_a_normalised_run_resumes_exactly_and_its_export_applies_the_statistics(tmp_path):
+    from td3_lightning.export import export_torchscript
+
+    kw = dict(normalize_obs=True, embedding_dim=8, target_update_every=25)
+    _, straight, _, _ = _fit(tmp_path / "a", 120, **kw)
+    _fit(tmp_path / "b", 60, every=60, **kw)
+    _, resumed, _, _ = _fit(tmp_path / "b2", 120, ckpt_path=tmp_path / "b" / "s60.ckpt", **kw)
+    for name, tensor in straight.state_dict().items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+    assert straight.actor.normalizer.count.item() == 120 * 16  # every replayed observation of 120 batches of 16
+    ckpt = tmp_path / "b" / "s60.ckpt"
+    export_torchscript(ckpt, tmp_path / "actor.pt")
+    loaded = TD3.load_from_checkpoint(ckpt, map_location="cpu")
+    assert loaded.actor.normalizer.count.item() == 60 * 16
+    obs = torch.randn(5, 2) * 3
+    with torch.no_grad():
+        assert torch.allclose(torch.jit.load(str(tmp_path / "actor.pt"))(obs), loaded.actor(obs), atol=1e-6)

@@ -19,5 +19,5 @@ from td3_lightning.extensions.base import (
     ActorTerm, ActorTerms, ActorView, AuxiliaryLoss, BatchTransform, StepHook, critic_view)
 from td3_lightning.extensions.build import Extensions, build_extensions, check_extension_options
 
-__all__ = ["ActorTerm", "ActorTerms", "ActorView", "AuxiliaryLoss", "BatchTransform", "StepHook", "critic_view", "Extensions",
-           "build_extensions", "check_extension_options"]
+__all__ = ["ActorTerm", "ActorTerms", "ActorView", "AuxiliaryLoss", "BatchTransform", "StepHook", "critic_view",
+           "Extensions", "build_extensions", "check_extension_options"]

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from td3_lightning.extensions.base import BatchTransform
+from td3_lightning.normalization import ObservationNormalizer
 
 
 class NStepReturn(BatchTransform):
@@ -24,6 +25,18 @@ class NStepReturn(BatchTransform):
         out = {k: v for k, v in batch.items() if k != "horizon"}
         out["reward"], out["discount"] = (reward * self.gamma**powers).sum(dim=1), self.gamma ** batch["horizon"]
         return out
+
+
+class ObservationStatistics(BatchTransform):
+    """Merges every replay batch's observations into the running statistics of the observation
+    normaliser (``model.normalize_obs``) that actor, critics and targets share; the batch passes unchanged."""
+
+    def __init__(self, normalizer: ObservationNormalizer) -> None:
+        self.normalizer = normalizer
+
+    def __call__(self, batch: dict[str, Tensor], generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        self.normalizer.update(batch["obs"])
+        return batch
 
 
 class RandomShift(BatchTransform):

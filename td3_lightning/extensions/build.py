@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from td3_lightning.errors import UserInputError
 from td3_lightning.extensions.actor_terms import PreactivationPenalty, StatePrediction
 from td3_lightning.extensions.base import ActorTerms, BatchTransform, StepHook
-from td3_lightning.extensions.batch_transforms import NStepReturn, RandomShift
+from td3_lightning.extensions.batch_transforms import NStepReturn, ObservationStatistics, RandomShift
 from td3_lightning.extensions.resets import NetworkResets
 from td3_lightning.extensions.sale import HardTargetUpdates, SALETraining
 from td3_lightning.extensions.teacher import Teacher
@@ -57,12 +57,14 @@ def build_extensions(hp: Mapping[str, Any], networks: Networks) -> Extensions:
     if hp["teacher"]:
         terms["teacher"] = Teacher(hp["teacher_weight"], hp["teacher"])
     transforms: list[BatchTransform] = [NStepReturn(hp["gamma"])]
+    if networks.normalizer is not None:
+        transforms.insert(0, ObservationStatistics(networks.normalizer))
     if hp["random_shift"]:
         transforms.append(RandomShift(hp["random_shift"]))
     hooks: list[StepHook] = [NetworkResets(hp["reset_steps"])] if hp["reset_steps"] else []
     auxiliary = nn.ModuleDict()
     if networks.embedding is not None:
-        auxiliary["embedding"] = SALETraining(networks.embedding, hp["embedding_lr"])
+        auxiliary["embedding"] = SALETraining(networks.embedding, hp["embedding_lr"], networks.normalizer)
     if hp["target_update_every"]:
         hooks.append(HardTargetUpdates(hp["target_update_every"], networks.fixed_embedding, networks.embedding))
     return Extensions(terms, auxiliary, transforms, hooks)
@@ -90,6 +92,9 @@ def check_extension_options(hp: Mapping[str, Any]) -> None:
         (not hp["embedding_dim"] or hp["target_update_every"] > 0,
          "model.embedding_dim refreshes the fixed encoder at each hard target update: set "
          "model.target_update_every (TD7: 250)"),
+        (not hp["normalize_obs"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
+         "model.normalize_obs standardises vector observations (images are scaled by the encoder) and needs no "
+         "privileged critic; set model.normalize_obs false"),
         (hp["target_update_every"] >= 0,
          f"model.target_update_every must be >= 0 (0 = Polyak), got {hp['target_update_every']}"),
     ]

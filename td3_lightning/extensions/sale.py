@@ -11,6 +11,7 @@ from torch import Tensor
 
 from td3_lightning.embeddings import FixedEncoder, SALEEncoder
 from td3_lightning.extensions.base import AuxiliaryLoss, StepHook
+from td3_lightning.normalization import ObservationNormalizer
 
 
 class SALETraining(AuxiliaryLoss):
@@ -18,12 +19,16 @@ class SALETraining(AuxiliaryLoss):
 
     name = "embedding_loss"
 
-    def __init__(self, encoder: SALEEncoder, lr: float) -> None:
+    def __init__(self, encoder: SALEEncoder, lr: float, normalizer: ObservationNormalizer | None = None) -> None:
         super().__init__(lr)
         self.encoder = encoder
+        self._normalizer = (normalizer,) if normalizer is not None else ()  # the actor's; not saved twice
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        return self.encoder.loss(batch["obs"], batch["action"], batch["next_obs"])
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        if self._normalizer:  # the encoder reads what actor and critics read
+            obs, next_obs = self._normalizer[0](obs), self._normalizer[0](next_obs)
+        return self.encoder.loss(obs, batch["action"], next_obs)
 
 
 class HardTargetUpdates(StepHook):
