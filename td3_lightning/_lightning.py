@@ -103,6 +103,20 @@ def cli_option_names(cli: LightningCLI, args: Any) -> list[str]:
     return [o for o in getattr(parser, "_option_string_actions", {}) if o.startswith("--")]
 
 
+def cli_option_types(cli: LightningCLI, args: Any) -> dict[str, tuple[Any, str]]:
+    """Every ``--option`` of the subcommand named in ``args`` (as :func:`cli_option_names`) -> its
+    type hint (jsonargparse's ``ActionTypeHint._typehint``; None for options without one, e.g.
+    ``--config``) and its help text, for tests that walk the options."""
+    parser = cli.parser
+    subparsers = getattr(cli, "_subcommand_parsers", {})
+    for arg in args or []:
+        if isinstance(arg, str) and arg in subparsers:
+            parser = subparsers[arg]
+            break
+    return {o: (getattr(a, "_typehint", None), a.help or "")
+            for o, a in getattr(parser, "_option_string_actions", {}).items() if o.startswith("--")}
+
+
 # ---------------------------------------------------------------- the training loop's batch counters
 def count_extra_batches(trainer: L.Trainer, extra: int) -> None:
     """Count ``extra`` more training batches in the fit loop (``epoch_loop.batch_progress`` and

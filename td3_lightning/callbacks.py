@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import ProgressBar
 
 from td3_lightning.checkpointing import atomic_path
 from td3_lightning.envloop import EnvLoop
+from td3_lightning.errors import UserInputError
 
 
 def time_left(step: int, max_steps: int | None, rate: float) -> str:
@@ -34,18 +35,23 @@ class RLProgressBar(ProgressBar):
     and after every evaluation, so logs stay short.
 
     Args:
-        refresh_seconds: minimum time between redraws on a terminal.
-        log_seconds: time between lines when the output is not a terminal.
+        refresh_seconds: minimum time between redraws on a terminal (>= 0).
+        log_seconds: time between lines when the output is not a terminal (>= 0; 0 = every step).
     """
 
     def __init__(self, refresh_seconds: float = 0.5, log_seconds: float = 30.0) -> None:
         super().__init__()
+        for name, value in (("refresh_seconds", refresh_seconds), ("log_seconds", log_seconds)):
+            if not value >= 0:
+                raise UserInputError(f"progress_bar.{name} must be >= 0 seconds, got {value}")
         self.refresh_seconds = refresh_seconds
         self.log_seconds = log_seconds
         self._enabled = True
         self._last_draw = 0.0
         self._start: tuple[float, int] = (0.0, 0)
         self._tty = sys.stdout.isatty()
+        self._drawn_step: int | None = None  # the step of the last line drawn
+        self._line_open = False  # on a terminal: the last line drawn has no newline yet
 
     def disable(self) -> None:
         self._enabled = False
@@ -64,6 +70,7 @@ class RLProgressBar(ProgressBar):
         out = sys.stdout if file is None else file
         if out is sys.stdout and self._tty:
             out.write("\r\033[K")
+            self._line_open = False
         builtins.print(*args, sep=sep, end=end, file=out, flush=True)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -90,12 +97,18 @@ class RLProgressBar(ProgressBar):
         now = time.perf_counter()
         if not force and now - self._last_draw < (self.refresh_seconds if self._tty else self.log_seconds):
             return
-        self._last_draw = now
+        self._last_draw, self._drawn_step = now, trainer.global_step
         if self._tty:
             sys.stdout.write("\r\033[K" + self._line(trainer))
+            self._line_open = True
         else:
             sys.stdout.write(self._line(trainer) + "\n")
         sys.stdout.flush()
+
+    def _end_line(self, trainer: L.Trainer) -> None:
+        if self._line_open and self._enabled and trainer.global_rank == 0:
+            sys.stdout.write("\n")
+            self._line_open = False
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         self._draw(trainer)
@@ -103,13 +116,13 @@ class RLProgressBar(ProgressBar):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.state.fn == "fit":
             self._draw(trainer, force=True)
-            if self._tty and self._enabled and trainer.global_rank == 0:
-                sys.stdout.write("\n")
+            self._end_line(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._draw(trainer, force=True)
-        if self._tty and self._enabled and trainer.global_rank == 0:
-            sys.stdout.write("\n")
+        # the last line once: a validation at the last step has printed it already
+        if self._drawn_step != trainer.global_step or self._line_open:
+            self._draw(trainer, force=True)
+        self._end_line(trainer)
 
 
 class TestReport(L.Callback):

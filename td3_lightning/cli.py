@@ -17,11 +17,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import yaml
 from lightning.pytorch import Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
@@ -39,6 +41,7 @@ from td3_lightning.errors import UserInputError, did_you_mean
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve
+from td3_lightning.trainer_options import check_trainer_options
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -48,6 +51,7 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "check_val_every_n_epoch": None,  # the replay stream is one endless epoch
     "num_sanity_val_steps": 0,
     "log_every_n_steps": 500,
+    "enable_model_summary": False,  # the progress line is the output; --trainer.enable_model_summary true shows it
 }
 
 # The default checkpointing: last.ckpt plus the best checkpoint by val/return.
@@ -66,20 +70,37 @@ CHECKPOINT_DEFAULTS: dict[str, Any] = {
 #: reports a length so that Lightning samples each batch right before it is used; checkpoints hold
 #: the state after the step's optimizer updates, which is what resuming needs; a deprecation inside
 #: Lightning's own code; the resolved arguments are passed to LightningCLI explicitly (they are
-#: sys.argv's, not a second set).
+#: sys.argv's, not a second set); every run (a resume, a test) writes into a run folder of its own,
+#: so the checkpoint callback's folder always differs from the one a checkpoint was saved in.
 EXPECTED_WARNINGS = (
     r"Found \d+ module\(s\) in eval mode",
     r"Your `IterableDataset` has `__len__` defined",
     r".*isinstance\(treespec, LeafSpec\)",
     r"Using ModelCheckpoint with manual optimization",
     r"LightningCLI's args parameter is intended",
+    r"The dirpath has changed from",
 )
+
+#: Lightning's info lines that advertise services rather than say something about the run.
+UNASKED_LINES = ("💡 Tip:",)
+
+# the loggers of Lightning's rank_zero_info (the fabric's and the trainer's)
+_RANK_ZERO_LOGS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
+def _said_unasked(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(UNASKED_LINES)
 
 
 def ignore_expected_warnings() -> None:
-    """Hide :data:`EXPECTED_WARNINGS` in this process (what every subcommand does first)."""
+    """Hide :data:`EXPECTED_WARNINGS` and :data:`UNASKED_LINES` in this process (what every subcommand
+    does first)."""
     for message in EXPECTED_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
+    for name in _RANK_ZERO_LOGS:
+        logger = logging.getLogger(name)
+        if _said_unasked not in logger.filters:
+            logger.addFilter(_said_unasked)
 
 
 _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")
@@ -127,13 +148,14 @@ class TD3CLI(LightningCLIHooks):
         subcommand, ckpt = self.config.get("subcommand"), None
         if subcommand:
             config = self.config[subcommand]
-            ckpt = config.get("ckpt_path")
+            given = ckpt = config.get("ckpt_path")
             if ckpt is None and subcommand in ("validate", "test"):
                 ckpt = "best"  # what the newest run found best, not untrained weights
             if ckpt in ("last", "best"):
                 ckpt = str(find_run_checkpoint(config, ckpt))
-                self.config[f"{subcommand}.ckpt_path"] = ckpt
-                rank_zero_info(f"--ckpt_path {config.get('ckpt_path') or 'best (the default)'}: {ckpt}")
+                self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
+                which = given or f"best, the default of {subcommand}"
+                rank_zero_info(f"checkpoint: {ckpt} (--ckpt_path {which})")
             if ckpt is not None and not _lightning_resolves(ckpt):
                 if not os.path.isfile(ckpt):
                     problem = "is a folder, not a file" if os.path.isdir(ckpt) else "not found"
@@ -150,9 +172,12 @@ class TD3CLI(LightningCLIHooks):
             raise UserInputError(
                 f"checkpoint {ckpt}: its model hyperparameters do not fit TD3 ({one_line_parse_error(str(err))})"
             ) from None
-        if resets and list(self.config[subcommand]["model"].get("reset_steps") or []) != list(resets):
+        saved = list(self.config[subcommand]["model"].get("reset_steps") or []) if subcommand else []
+        if resets and saved != list(resets):
             self.config[subcommand]["model"]["reset_steps"] = list(resets)
-            rank_zero_info(f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's")
+            rank_zero_info(f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's {saved}: the "
+                           f"networks start over after training step{'s' if len(resets) > 1 else ''} "
+                           f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)")
 
     def _check_against_env(self) -> None:
         """The checkpoint's observation and action spaces (and replay capacity) against the
@@ -189,6 +214,20 @@ class TD3CLI(LightningCLIHooks):
                 f"({path}); set data.buffer_size {capacity} to resume it"
             )
 
+    def before_instantiate_classes(self) -> None:
+        """The Trainer and checkpoint options counted in training steps, checked before any env is
+        made or anything is written (:func:`check_trainer_options`)."""
+        check_trainer_options(cli_config_value(self, self.config, "trainer", default={}) or {},
+                              cli_config_value(self, self.config, "checkpoint", default={}) or {})
+
+    def instantiate_classes(self) -> None:
+        """A Trainer or callback argument that Lightning refuses while they are built (nothing is
+        written yet) is bad input: one line."""
+        try:
+            super().instantiate_classes()
+        except MisconfigurationException as err:
+            raise UserInputError("Lightning refuses a callback option: " + " ".join(str(err).split())) from None
+
     def set_seed(self, seed: Any) -> None:
         # "Seed set to N" is said once the input has passed every check (instantiate_trainer),
         # so that bad input prints its error line alone
@@ -203,15 +242,19 @@ class TD3CLI(LightningCLIHooks):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
         self._check_against_env()  # model and datamodule exist now; nothing is written yet
-        seed = cli_config_value(self, self.config, "seed_everything")
-        if seed is not False and seed is not None:
-            _SEED_LOG.info(f"Seed set to {seed}")
         config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
             kwargs["logger"] = TensorBoardLogger(save_dir=config.get("default_root_dir") or os.getcwd(),
                                                  version=SLURMEnvironment.job_id(), default_hp_metric=False)
-        return super().instantiate_trainer(**kwargs)
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments
+            raise UserInputError("Lightning refuses a trainer option: " + " ".join(str(err).split())) from None
+        seed = cli_config_value(self, self.config, "seed_everything")
+        if seed is not False and seed is not None:
+            _SEED_LOG.info(f"Seed set to {seed}")
+        return trainer
 
     def trainer_callbacks(self, config: dict[str, Any], callbacks: list[Any]) -> list[Any]:
         """Leave out the CLI's own checkpoint callback or progress bar when the user turned
@@ -275,14 +318,49 @@ def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
 
 def resolve_config_args(args: list[str]) -> list[str]:
     """Let ``--config car.yaml`` (or ``configs/car.yaml``) name a bundled config when no
-    such file exists relative to the current folder."""
+    such file exists relative to the current folder; a config file that is empty, not YAML or
+    not a mapping of options is refused with a line that names it (:func:`check_config_file`)."""
     out = list(args)
     for i, arg in enumerate(out):
-        if arg == "--config" and i + 1 < len(out):
-            out[i + 1] = _bundled(out[i + 1])
+        if arg in ("--config", "-c") and i + 1 < len(out):
+            out[i + 1] = check_config_file(_bundled(out[i + 1]))
         elif arg.startswith("--config="):
-            out[i] = "--config=" + _bundled(arg.split("=", 1)[1])
+            out[i] = "--config=" + check_config_file(_bundled(arg.split("=", 1)[1]))
     return out
+
+
+_CONFIG_EXAMPLE = ("e.g. 'trainer: {max_steps: 20000}' and 'model: {gamma: 0.98}' on lines of their own "
+                   f"({commands.PROG} fit --print_config prints every option)")
+
+
+def check_config_file(path: str) -> str:
+    """``path`` if it is a config file jsonargparse can read, else :class:`UserInputError` naming the file
+    and what to put in it. A value that is no file (``--config '{model: ...}'``, YAML text) is left as it is."""
+    if os.path.isdir(path):
+        raise UserInputError(f"config file {path} is a folder, not a file; pass a YAML file to --config")
+    if not os.path.isfile(path):
+        return path
+    try:
+        with open(path, encoding="utf-8") as stream:
+            content = yaml.safe_load(stream)
+    except UnicodeDecodeError:
+        raise UserInputError(f"config file {path} is not a text file; pass a YAML file to --config") from None
+    except yaml.MarkedYAMLError as err:
+        mark, context = err.problem_mark, err.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        around = f" ({err.context} at line {context.line + 1})" if err.context and context else ""
+        raise UserInputError(f"config file {path} is not valid YAML: {err.problem}{where}{around}") from None
+    except yaml.YAMLError as err:
+        raise UserInputError(f"config file {path} is not valid YAML: {' '.join(str(err).split())}") from None
+    if content is None:
+        raise UserInputError(f"config file {path} is empty (or only comments): write the options in it as YAML, "
+                             + _CONFIG_EXAMPLE)
+    if not isinstance(content, dict):
+        shown = " ".join(str(content).split())
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise UserInputError(f"config file {path} holds {type(content).__name__} {shown!r}, not options: write them "
+                             "as YAML sections, " + _CONFIG_EXAMPLE)
+    return path
 
 
 def _bundled(path: str) -> str:

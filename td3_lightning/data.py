@@ -115,26 +115,26 @@ class ReplayDataModule(L.LightningDataModule):
         train_env_kwargs: extra keyword arguments for the training env only (training aids); evaluation uses env_kwargs.
         batch_size: transitions per replay batch (>= 1).
         buffer_size: replay capacity in transitions; the oldest are overwritten first (>= 1).
-        warmup_steps: random-action env steps that fill the buffer before the first update (>= 0).
+        warmup_steps: random-action env steps that fill the buffer before the first update (>= 1).
         eval_episodes: deterministic episodes per validation, on env seeds eval_seed, eval_seed + 1, ... (>= 1).
-        eval_seed: env seed of the first validation episode.
+        eval_seed: env seed of the first validation episode (>= 0).
         test_episodes: deterministic episodes of the test subcommand (>= 1).
-        test_seed: env seed of the first test episode.
+        test_seed: env seed of the first test episode (>= 0).
         buffer_device: where the replay tensors live: auto (the training device) or a torch device such as cpu.
         save_replay: put the replay buffer in checkpoints (an exact resume needs it).
         record_test: record the first N test episodes as videos in <run folder>/videos/ (>= 0).
         record_val: record the first N episodes of every validation (>= 0).
         video_format: mp4 or gif.
-        tensorboard_video_every: every N validations, the first episode as a GIF in TensorBoard (0 = off).
+        tensorboard_video_every: every N validations, the first episode as a GIF in TensorBoard (>= 0; 0 = off).
         num_envs: training envs stepped together as one vector env (>= 1).
         utd_ratio: updates per collected transition (> 0); max_steps still counts updates.
         vector_mode: async (one process per env) or sync (all in this process).
-        frame_stack: image observations: frames per stacked observation, each stored once (null: the env's own).
+        frame_stack: image observations: frames per stacked observation, each stored once (>= 1; null: the env's own).
         privileged_critic: the critics see the env's info["privileged_obs"], the actor only the observation.
         steps_per_batch: training steps per Lightning batch: the same training with less loop overhead (>= 1).
-        n_step: steps per replayed transition: n-step returns (1 = TD3's one-step target).
+        n_step: steps per replayed transition: n-step returns (>= 1; 1 = TD3's one-step target).
         sampler: uniform, or lap: in proportion to the TD error (LAP, with its matching critic loss).
-        priority_alpha: lap: the exponent of the priorities max(|TD error|, 1) (0 = uniform).
+        priority_alpha: lap: the exponent of the priorities max(|TD error|, 1) (>= 0; 0 = uniform).
         num_workers: must be 0: the buffer lives in the main process, batches are sampled there.
     """
 
@@ -170,13 +170,15 @@ class ReplayDataModule(L.LightningDataModule):
         super().__init__()
         if num_workers != 0:
             raise UserInputError(
-                f"data.num_workers={num_workers} is not supported: worker processes would each copy the replay "
-                "buffer; batches are sampled in the main process, set data.num_workers 0"
+                f"data.num_workers must be 0, got {num_workers}: worker processes would each copy the replay "
+                "buffer; batches are sampled in the main process"
             )
         for name, value, least in [
             ("batch_size", batch_size, 1), ("buffer_size", buffer_size, 1), ("warmup_steps", warmup_steps, 1),
             ("eval_episodes", eval_episodes, 1), ("test_episodes", test_episodes, 1), ("num_envs", num_envs, 1),
-            ("steps_per_batch", steps_per_batch, 1), ("n_step", n_step, 1),
+            ("steps_per_batch", steps_per_batch, 1), ("n_step", n_step, 1), ("eval_seed", eval_seed, 0),
+            ("test_seed", test_seed, 0), ("record_test", record_test, 0), ("record_val", record_val, 0),
+            ("frame_stack", 1 if frame_stack is None else frame_stack, 1),
         ]:
             if value < least:
                 raise UserInputError(f"data.{name} must be at least {least}, got {value}")
@@ -188,10 +190,13 @@ class ReplayDataModule(L.LightningDataModule):
             raise UserInputError(f"data.vector_mode must be async or sync, got {vector_mode!r}")
         if sampler not in ("uniform", "lap"):
             raise UserInputError(f"data.sampler must be uniform or lap, got {sampler!r}")
-        if priority_alpha < 0:
+        if not priority_alpha >= 0:  # NaN too
             raise UserInputError(f"data.priority_alpha must be >= 0, got {priority_alpha}")
         if video_format not in ("mp4", "gif"):
             raise UserInputError(f"data.video_format must be mp4 or gif, got {video_format!r}")
+        if buffer_device != "auto" and not _is_device(buffer_device):
+            raise UserInputError(f"data.buffer_device must be auto or a torch device such as cpu or cuda:0, "
+                                 f"got {buffer_device!r}")
         if warmup_steps > buffer_size:
             raise UserInputError(f"data.warmup_steps ({warmup_steps}) must not exceed data.buffer_size ({buffer_size})")
         self.env_id = env_id
@@ -526,6 +531,14 @@ class ReplayDataModule(L.LightningDataModule):
             self._sample_gen.set_state(state["sample_rng"])
         device = self.buffer.device
         self._pending = deque({k: v.to(device) for k, v in b.items()} for b in state.get("in_flight", []))
+
+
+def _is_device(name: str) -> bool:
+    try:
+        torch.device(name)
+    except (RuntimeError, ValueError):
+        return False
+    return True
 
 
 def privileged_shape(env: gym.Env, env_id: str) -> tuple[int, ...]:

@@ -104,7 +104,7 @@ def main(args: list[str] | None = None) -> None:
         ckpt = ns.ckpt_path
         if ckpt in ("best", "last"):
             ckpt = find_run_checkpoint({}, ckpt)
-            print(f"--ckpt_path {ns.ckpt_path}: {ckpt}")
+            print(f"checkpoint: {ckpt} (--ckpt_path {ns.ckpt_path})")
         check_out(ckpt, ns.out, ns.overwrite)
         out = EXPORTERS[ns.format](ckpt, ns.out)
     except UserInputError as err:

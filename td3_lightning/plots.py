@@ -8,6 +8,7 @@ from typing import Any
 import lightning as L
 
 from td3_lightning.checkpointing import atomic_path
+from td3_lightning.errors import UserInputError
 
 
 class LearningCurve(L.Callback):
@@ -18,10 +19,12 @@ class LearningCurve(L.Callback):
 
     Args:
         filename: file name of the plot inside the run folder (empty: no plot).
-        smooth: window (in episodes) of the moving average drawn over the training returns.
+        smooth: window (in episodes) of the moving average drawn over the training returns (>= 1; 1 = none).
     """
 
     def __init__(self, filename: str = "learning_curve.png", smooth: int = 20) -> None:
+        if smooth < 1:
+            raise UserInputError(f"learning_curve.smooth must be at least 1 episode (1: no moving average), got {smooth}")
         self.filename = filename
         self.smooth = smooth
         self.train: list[tuple[int, float]] = []

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 import warnings
@@ -89,6 +90,17 @@ class ReportValReturn(L.Callback):
 
 
 # ----------------------------------------------------------------------------- the search space
+class _SpaceLoader(yaml.SafeLoader):
+    """YAML as fit configs read it: ``3e-3`` is a float (YAML 1.1 reads a number with an exponent
+    but no dot as a string)."""
+
+
+_SpaceLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
 def load_space(path: str | None) -> dict[str, dict[str, Any]]:
     """The space of ``--space`` (YAML or JSON), or :data:`DEFAULT_SPACE`; entries checked for form."""
     if path is None:
@@ -98,7 +110,7 @@ def load_space(path: str | None) -> dict[str, dict[str, Any]]:
         if not file.is_file():
             raise UserInputError(f"space file not found: {path}; pass a YAML or JSON file to --space")
         try:
-            space = yaml.safe_load(file.read_text())
+            space = yaml.load(file.read_text(), Loader=_SpaceLoader)  # noqa: S506 - a SafeLoader
         except yaml.YAMLError as err:
             raise UserInputError(f"space file {path} is not valid YAML or JSON ({' '.join(str(err).split())})") from None
         if not isinstance(space, dict) or not space:
@@ -202,6 +214,9 @@ def _parse_only_class() -> type:
         def instantiate_classes(self) -> None:
             pass
 
+        def set_seed(self, seed: Any) -> None:
+            pass  # seed_everything stays as configured (true: a seed per trial, drawn when it runs)
+
     return ParseOnly
 
 
@@ -228,6 +243,52 @@ def check_space(cli: Any, base: list[str], space: dict[str, dict[str, Any]]) -> 
                                      f"({one_line_parse_error(str(err))})") from None
 
 
+#: fit options that change what a run shows or where it writes, not its val/return
+_DISPLAY_ONLY = ("config", "trainer.default_root_dir", "trainer.enable_progress_bar", "trainer.enable_model_summary",
+                 "progress_bar.", "learning_curve.", "test_report.")
+
+
+def search_values(cli: Any, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What makes trials comparable, by resolved value (as the database gives it back, JSON): every fit
+    option (``trainer.max_steps``: 1500 however it was written) but those of the space and those that only
+    change what a run shows, and every entry of the space (``space model.tau``)."""
+    values: dict[str, Any] = {}
+    for group, content in cli.config.as_dict().items():
+        items = content.items() if isinstance(content, dict) else [(None, content)]
+        for key, value in items:
+            name = group if key is None else f"{group}.{key}"
+            if name not in space and not name.startswith(_DISPLAY_ONLY):
+                values[name] = value
+    values.update({f"space {name}": entry for name, entry in space.items()})
+    return json.loads(json.dumps(values, default=str))
+
+
+def check_budget(cli: Any, space: dict[str, dict[str, Any]]) -> None:
+    """A trial must validate before its last step (its value is the last ``val/return``): the shortest
+    ``trainer.max_steps`` against the longest ``trainer.val_check_interval`` (the space's bounds
+    where the space searches them)."""
+    trainer = cli.config.get("trainer") or {}
+
+    def extreme(name: str, pick: Any) -> Any:
+        entry = space.get(name)
+        if entry is None:
+            return trainer.get(name.split(".", 1)[1])
+        values = entry["choices"] if entry["type"] == "categorical" else [entry["low"], entry["high"]]
+        numbers = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        return pick(numbers) if len(numbers) == len(values) else None
+
+    if trainer.get("limit_val_batches") in (0, 0.0):
+        raise UserInputError("trainer.limit_val_batches 0 leaves every trial without a validation, so without a "
+                             f"{METRIC} for Optuna; leave it unset or above 0")
+    steps, interval = extreme("trainer.max_steps", min), extreme("trainer.val_check_interval", max)
+    if isinstance(steps, int) and steps > 0 and isinstance(interval, int) and interval > steps:
+        raise UserInputError(
+            f"trainer.val_check_interval {interval} is above trainer.max_steps {steps}: a trial would train "
+            f"{steps} steps without a validation, so without a {METRIC} for Optuna; set "
+            f"--trainer.val_check_interval to at most {steps} (or raise --trainer.max_steps)"
+        )
+
+
 def _overridden(overrides: list[str]) -> set[str]:
     """The fit options that the command line sets (``--name value`` or ``--name=value``)."""
     return {a[2:].split("=", 1)[0] for a in overrides if a.startswith("--")}
@@ -235,8 +296,10 @@ def _overridden(overrides: list[str]) -> set[str]:
 
 # ----------------------------------------------------------------------------- the study
 def open_study(storage_url: str, study_name: str, pruner: Any, sampler_seed: int | None,
-               fingerprint: dict[str, Any]) -> optuna.Study:
-    """Create the study, or load it when it exists (``load_if_exists``) and check it is the same search."""
+               fingerprint: dict[str, Any], legacy: dict[str, Any] | None = None) -> optuna.Study:
+    """Create the study, or load it when it exists (``load_if_exists``) and check it is the same search:
+    ``fingerprint`` (:func:`search_values`) against the values it was started with, or a study started by
+    an earlier version, which kept the option text, against ``legacy``."""
     import optuna
 
     engine_kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}} if storage_url.startswith("sqlite") else None
@@ -263,17 +326,32 @@ def open_study(storage_url: str, study_name: str, pruner: Any, sampler_seed: int
     if study.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise UserInputError(f"study {study_name} in {storage_url} minimizes its value; tune maximizes {METRIC}: "
                              "pass another --study_name")
-    theirs = study.user_attrs.get("search")
-    if theirs is None:
-        study.set_user_attr("search", fingerprint)
+    theirs = study.user_attrs.get(_SEARCH_ATTR)
+    old = study.user_attrs.get("search")  # an earlier version's record: the config's name and the option text
+    if theirs is None and old is not None and old != legacy:
+        differ = [k for k in (legacy or {}) if (legacy or {})[k] != old.get(k)]
+        raise UserInputError(f"study {study_name} in {storage_url} was run with another {' and '.join(differ)} "
+                             f"({'; '.join(f'{k}: {json.dumps(old.get(k))}' for k in differ)}); " + _SAME)
+    if theirs is None:  # a new study, or one whose option text matches: its values from now on
+        study.set_user_attr(_SEARCH_ATTR, fingerprint)
     elif theirs != fingerprint:
-        differ = [k for k in fingerprint if fingerprint[k] != theirs.get(k)]
-        raise UserInputError(
-            f"study {study_name} in {storage_url} was run with another {' and '.join(differ)} "
-            f"({'; '.join(f'{k}: {json.dumps(theirs.get(k))}' for k in differ)}); run it with the same config, "
-            "fit options and space, or pass another --study_name"
-        )
+        differ = sorted((k for k in {*theirs, *fingerprint} if theirs.get(k, _UNSET) != fingerprint.get(k, _UNSET)),
+                        key=lambda k: (not k.startswith("space "), k))  # the space first
+        shown = [f"{k} {_shown(theirs, k)} in the study, {_shown(fingerprint, k)} now" for k in differ[:5]]
+        more = f" (and {len(differ) - 5} more)" if len(differ) > 5 else ""
+        raise UserInputError(f"study {study_name} in {storage_url} was run with other values: "
+                             f"{'; '.join(shown)}{more}; " + _SAME)
     return study
+
+
+_SEARCH_ATTR = "search_values"
+_NUMBER = re.compile(r"-(?:\d|\.\d|inf\b)")  # a negative value, not an option
+_SAME = "run it with the same config, fit options and space, or pass another --study_name"
+_UNSET = object()
+
+
+def _shown(values: dict[str, Any], key: str) -> str:
+    return json.dumps(values[key]) if key in values else "unset"
 
 
 def run_trial(trial: optuna.Trial, base: list[str], space: dict[str, dict[str, Any]], study_dir: Path) -> float:
@@ -404,7 +482,7 @@ def tune(argv: list[str]) -> None:
         raise UserInputError(f"--n_trials must be at least 1, got {ns.n_trials}")
     if ns.pruner_startup_trials < 0 or ns.pruner_warmup_steps < 0:
         raise UserInputError("--pruner_startup_trials and --pruner_warmup_steps must be at least 0")
-    stray = [a for a in overrides if a.startswith("-") and not a.startswith("--")]
+    stray = [a for a in overrides if a.startswith("-") and not a.startswith("--") and not _NUMBER.match(a)]
     if stray:
         raise UserInputError(f"unknown option {stray[0]}; {TUNE} --help lists the options")
     if "ckpt_path" in _overridden(overrides):
@@ -420,16 +498,17 @@ def tune(argv: list[str]) -> None:
     base = resolve_config_args(["--config", ns.config, *overrides])  # a bundled config's name, as fit takes it
     parse_only = _build_cli(base, instantiate=False)  # the config and the fit options, checked
     check_space(parse_only, base, space)
+    check_budget(parse_only, space)
     study_name = ns.study_name or Path(ns.config).stem
     study_dir = Path(ns.study_dir or Path("tune") / study_name)
-    # what makes trials comparable, as the database gives it back (JSON)
-    fingerprint = json.loads(json.dumps({"config": Path(ns.config).name, "fit_options": overrides, "space": space}))
+    fingerprint = search_values(parse_only, space)
+    legacy = json.loads(json.dumps({"config": Path(ns.config).name, "fit_options": overrides, "space": space}))
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # this command prints its own lines
     pruner = (optuna.pruners.MedianPruner(n_startup_trials=ns.pruner_startup_trials,
                                           n_warmup_steps=ns.pruner_warmup_steps)
               if ns.pruner == "median" else optuna.pruners.NopPruner())
-    study = open_study(ns.storage, study_name, pruner, ns.sampler_seed, fingerprint)
+    study = open_study(ns.storage, study_name, pruner, ns.sampler_seed, fingerprint, legacy)
     print(f"study {study_name} in {ns.storage}: {len(study.trials)} trial(s) so far; running {ns.n_trials} more, "
           f"runs under {study_dir}/trial_<number>", flush=True)
     try:

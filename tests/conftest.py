@@ -43,3 +43,17 @@ def cli_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+@pytest.fixture
+def lightning_log(caplog) -> pytest.LogCaptureFixture:
+    """``caplog`` that also holds Lightning's own lines (``rank_zero_info``): the ``lightning.pytorch``
+    logger writes to its own handler and does not propagate."""
+    import logging
+
+    logger = logging.getLogger("lightning.pytorch")
+    logger.addHandler(caplog.handler)
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)

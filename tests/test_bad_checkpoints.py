@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -223,7 +224,7 @@ def test_a_real_process_prints_exactly_one_line(args, message, real_ckpt, tmp_pa
 
 
 # ---------------------------------------------------------------------------- --ckpt_path best, the default of test
-def test_test_without_ckpt_path_takes_the_newest_best_checkpoint(real_ckpt, tmp_path, monkeypatch, capsys):
+def test_test_without_ckpt_path_takes_the_newest_best_checkpoint(real_ckpt, tmp_path, monkeypatch, lightning_log):
     import json
 
     run = real_ckpt.parent
@@ -238,6 +239,9 @@ def test_test_without_ckpt_path_takes_the_newest_best_checkpoint(real_ckpt, tmp_
         os.utime(path, ns=(best[0].stat().st_mtime_ns - age * 10**9,) * 2)
     shutil.copy(real_ckpt, older.parent / "last.ckpt")  # newest of all files, but not a best checkpoint
     main(["test", *RUN, "--data.test_episodes", "2"])
+    out = lightning_log.text
+    ours = [line for line in out.splitlines() if str(newer) in line and not re.search("Restoring|Loaded", line)]
+    assert len(ours) == 1 and ours[0].endswith(f"checkpoint: {newer} (--ckpt_path best, the default of test)")
     config = yaml.safe_load((tmp_path / "lightning_logs" / "version_2" / "config.yaml").read_text())
     assert config["ckpt_path"] == str(newer)
     results = json.loads((tmp_path / "lightning_logs" / "version_2" / "test_results.json").read_text())
@@ -260,6 +264,6 @@ def test_export_defaults_to_the_newest_best_checkpoint(real_ckpt, tmp_path, monk
     best = next(real_ckpt.parent.glob("best-step*.ckpt"))
     monkeypatch.chdir(real_ckpt.parents[3])
     export_main(["--out", str(tmp_path / "policy.ckpt")])
-    assert f"--ckpt_path best: {best}" in capsys.readouterr().out
+    assert f"checkpoint: {best} (--ckpt_path best)" in capsys.readouterr().out
     slim = torch.load(tmp_path / "policy.ckpt", weights_only=True)
     assert slim["global_step"] == torch.load(best, weights_only=True)["global_step"] and "optimizer_states" not in slim

@@ -98,7 +98,7 @@ def test_load_from_checkpoint_needs_no_env(tmp_path, cli_env):
         (["--data.env_id", "td3test/DiscreteAction-v0"], "TD3 needs a continuous Box action space"),
         (["--data.env_id", "td3test/UnboundedAction-v0"], "unbounded action space"),
         (["--data.env_id", "td3test/ImageObs-v0"], "look channels-last (H, W, C)"),
-        (["--data.num_workers", "2"], "data.num_workers=2 is not supported"),
+        (["--data.num_workers", "2"], "data.num_workers must be 0, got 2"),
         (["--ckpt_path", "missing.ckpt"], "checkpoint file not found: missing.ckpt"),
         (["--model.num_critics", "1"], "model.num_critics must be at least 2"),
         (["--data.env_kwargs", "{bogus: 1}"], "data.env_kwargs"),
@@ -114,6 +114,93 @@ def test_bad_input_gives_one_line_and_writes_nothing(args, message, tmp_path, mo
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and "\n" not in err, err
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+VAL_CHECK = ('error: trainer.val_check_interval must be a number of training steps >= 1 or a time ("DD:HH:MM:SS", '
+             'e.g. "00:01:00:00"); got ')
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--trainer.max_steps", "-5"], "error: trainer.max_steps must be at least 1 training step, or -1 for no limit; got -5"),
+        (["--trainer.max_steps", "0"], "error: trainer.max_steps must be at least 1 training step, or -1 for no limit; got 0"),
+        (["--trainer.max_steps", "abc"], "error: invalid value for trainer.max_steps: expected an int, got 'abc'"),
+        (["--trainer.val_check_interval", "0"], VAL_CHECK + "0"),
+        (["--trainer.val_check_interval", "-3"], VAL_CHECK + "-3"),
+        (["--trainer.val_check_interval", "0.5"], VAL_CHECK + "0.5"),
+        (["--trainer.val_check_interval", "often"], VAL_CHECK + "often"),
+        (["--trainer.log_every_n_steps", "-1"],
+         "error: trainer.log_every_n_steps must be >= 0 training steps (0: no step logging); got -1"),
+        (["--checkpoint.every_n_train_steps", "-1"],
+         "error: checkpoint.every_n_train_steps must be >= 0 training steps (0 or null: off); got -1"),
+        (["--trainer.max_time", "soon"], "error: Lightning refuses a trainer option: `Timer(duration='soon')` is not a "
+                                         "valid duration. Expected a string in the format DD:HH:MM:SS."),
+        (["--trainer.num_nodes", "0"], "error: Lightning refuses a trainer option: `num_nodes` must be a positive "
+                                       "integer, but got 0."),
+        (["--checkpoint.save_top_k", "-5"], "error: Lightning refuses a callback option: Invalid value for "
+                                            "save_top_k=-5. Must be >= -1"),
+        (["--trainer.check_val_every_n_epoch", "0"],
+         "error: trainer.check_val_every_n_epoch must be >= 1 or null (the replay stream is one endless epoch: "
+         "trainer.val_check_interval counts the steps); got 0"),
+        (["--trainer.accumulate_grad_batches", "0"], "error: trainer.accumulate_grad_batches must be 1: TD3 steps its "
+                                                     "optimizers itself (manual optimization); got 0"),
+        (["--data.warmup_steps", "-1"], "error: data.warmup_steps must be at least 1, got -1"),
+        (["--data.eval_seed", "-1"], "error: data.eval_seed must be at least 0, got -1"),
+        (["--data.record_val", "-1"], "error: data.record_val must be at least 0, got -1"),
+        (["--data.frame_stack", "0"], "error: data.frame_stack must be at least 1, got 0"),
+    ],
+)
+def test_trainer_and_data_options_out_of_range_stop_before_anything_is_written(args, line, tmp_path, monkeypatch,
+                                                                               capsys):
+    # before: max_steps -5 was a traceback, max_steps 0 an empty run folder, val_check_interval 0 a
+    # ZeroDivisionError after training had started
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "50", *args])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_max_steps_minus_one_is_no_limit(tmp_path, monkeypatch):
+    from td3_lightning.trainer_options import check_trainer_options
+
+    check_trainer_options({"max_steps": -1, "val_check_interval": "00:01:00:00", "log_every_n_steps": 0},
+                          {"every_n_train_steps": 0})  # Lightning's "no limit", a time, "off": accepted
+
+
+CONFIG_EXAMPLE = ("e.g. 'trainer: {max_steps: 20000}' and 'model: {gamma: 0.98}' on lines of their own "
+                  "(python -m td3_lightning fit --print_config prints every option)")
+
+
+@pytest.mark.parametrize(
+    "content, line",
+    [
+        ("", "error: config file my.yaml is empty (or only comments): write the options in it as YAML, " + CONFIG_EXAMPLE),
+        ("# nothing yet\n", "error: config file my.yaml is empty (or only comments): write the options in it as YAML, "
+         + CONFIG_EXAMPLE),
+        ("model:\n  gamma: [0.9\n", "error: config file my.yaml is not valid YAML: expected ',' or ']', but got "
+         "'<stream end>' at line 3, column 1 (while parsing a flow sequence at line 2)"),
+        ("model:\n\tgamma: 0.9\n", "error: config file my.yaml is not valid YAML: found character '\\t' that cannot "
+         "start any token at line 2, column 1"),
+        ("gamma 0.98\n", "error: config file my.yaml holds str 'gamma 0.98', not options: write them as YAML sections, "
+         + CONFIG_EXAMPLE),
+        (None, "error: config file my.yaml is a folder, not a file; pass a YAML file to --config"),
+    ],
+)
+def test_a_config_file_that_holds_no_options_is_named_with_what_to_write(content, line, tmp_path, monkeypatch, capsys):
+    # before: "error: Unexpected config:" with nothing after it, and YAML errors "in <unicode string>"
+    monkeypatch.chdir(tmp_path)
+    if content is None:
+        (tmp_path / "my.yaml").mkdir()
+    else:
+        (tmp_path / "my.yaml").write_text(content)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "my.yaml"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+    assert [p.name for p in tmp_path.iterdir()] == ["my.yaml"]
 
 
 def test_missing_config_file(tmp_path, monkeypatch, capsys):
@@ -180,7 +267,7 @@ def test_a_network_reset_prints_its_line_under_the_progress_line(tmp_path, monke
     assert "step 30/30" in lines[-1]
 
 
-def test_resume_with_reset_steps_resets_a_run_saved_without_them(tmp_path, monkeypatch, capfd):
+def test_resume_with_reset_steps_resets_a_run_saved_without_them(tmp_path, monkeypatch, capfd, lightning_log):
     # a stuck run's checkpoint says reset_steps []; the resets asked for on resuming are the ones that happen
     monkeypatch.chdir(tmp_path)
     args = ["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.limit_val_batches", "0",
@@ -189,6 +276,12 @@ def test_resume_with_reset_steps_resets_a_run_saved_without_them(tmp_path, monke
     capfd.readouterr()
     main([*args, "--trainer.max_steps", "32", "--ckpt_path", "last", "--model.reset_steps", "[24]"])
     assert "step 24: networks drawn afresh" in capfd.readouterr().out  # without the override: no reset
+    out = lightning_log.text
+    assert ("model.reset_steps [24] (configured) replaces the checkpoint's []: the networks start over after "
+            "training step 24 (any the checkpoint has passed are skipped)") in out
+    last = next(tmp_path.glob("lightning_logs/version_0/checkpoints/last.ckpt"))
+    ours = [line for line in out.splitlines() if str(last) in line and "Restor" not in line]  # and Lightning's own
+    assert len(ours) == 1 and ours[0].endswith(f"checkpoint: {last} (--ckpt_path last)")
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
@@ -200,6 +293,32 @@ def test_every_shipped_config_parses(name, capsys):
     printed = capsys.readouterr().out
     env_id = re.search(r"^  env_id: (\S+)$", printed, re.M)
     assert env_id is not None and env_id.group(1) in (CONFIG_DIR / name).read_text()
+
+
+def test_a_run_prints_only_what_a_user_can_act_on(tmp_path, cli_env):
+    tiny = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.val_check_interval", "20",
+            "--data.eval_episodes", "1", "--model.hidden_dims", "[8]", "--data.batch_size", "16",
+            "--progress_bar.log_seconds", "1000", "--learning_curve.filename", ""]
+    runs = [run_cli(["fit", *tiny, "--trainer.max_steps", "40"], tmp_path, cli_env),
+            run_cli(["fit", *tiny, "--trainer.max_steps", "60", "--ckpt_path", "last"], tmp_path, cli_env),
+            run_cli(["test", *tiny, "--ckpt_path", "last", "--data.test_episodes", "1"], tmp_path, cli_env)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+        text = run.stdout + run.stderr
+        for noise in ("Tip:", "litlogger", "litmodels", "Trainable params", "Total params", "| Name ",
+                      "dirpath has changed", "Traceback"):
+            assert noise not in text, (noise, text)
+    # the last line once, though a validation ends the run too
+    assert [line.split(" | ")[0] for line in runs[0].stdout.splitlines()].count("step 40/40") == 1
+    assert [line.split(" | ")[0] for line in runs[1].stdout.splitlines()].count("step 60/60") == 1
+
+
+def test_the_model_summary_is_there_when_asked_for(tmp_path, monkeypatch, lightning_log):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "2", "--data.warmup_steps", "20",
+          "--trainer.limit_val_batches", "0", "--model.hidden_dims", "[8]", "--trainer.enable_model_summary", "true",
+          "--trainer.enable_progress_bar", "false", "--learning_curve.filename", ""])
+    assert "Trainable params" in lightning_log.text
 
 
 def test_progress_line_says_the_time_left():

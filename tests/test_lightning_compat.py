@@ -117,6 +117,10 @@ def test_lightning_cli_private_steps_reach_the_public_hooks():
     assert calls == ["read_checkpoint_hparams", "set_seed", "trainer_callbacks"]
     options = _lightning.cli_option_names(cli, [])
     assert "--model.gamma" in options and "--data.env_id" in options and "--trainer.max_steps" in options
+    types = _lightning.cli_option_types(cli, [])
+    assert set(types) == set(options)
+    assert types["--model.gamma"][0] is float and "discount" in types["--model.gamma"][1]  # the docstring
+    assert types["--data.batch_size"][0] is int and types["--trainer.max_steps"][0] is int
 
 
 def test_cli_config_value_reads_inside_the_subcommand_section_when_there_is_one():

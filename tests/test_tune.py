@@ -124,8 +124,10 @@ def test_another_search_in_the_same_study_is_refused(study_dir, cli_env):
     _out, err = proc.communicate(timeout=600)
     assert proc.returncode == 2
     lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and lines[0].startswith("error: study pendulum in sqlite:///study.db was run with another "
-                                                   "space (")
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: study pendulum in sqlite:///study.db was run with other values: space data.batch_size "
+        '{"type": "categorical", "choices": [32, 64]} in the study, {"type": "categorical", "choices": [64, 128, 256]} '
+        "now; ")
     assert lines[0].endswith("run it with the same config, fit options and space, or pass another --study_name")
     assert len(_study(study_dir).trials) == 3 and not (study_dir / "tune" / "pendulum" / "trial_3").exists()
 
@@ -175,6 +177,16 @@ def test_default_pruner_is_the_median_pruner(tmp_path, monkeypatch):
          "sqlite:///tune.db or postgresql://user:password@host/db")),
         (["--model.gama", "0.9"], None, ("error: unknown option --model.gama (did you mean --model.gamma?); --help "
          "lists the options")),
+        # before: a whole trial trained, then Optuna's traceback and a FAIL trial in the database
+        (["--trainer.max_steps", "200", "--trainer.val_check_interval", "1000"], None,
+         ("error: trainer.val_check_interval 1000 is above trainer.max_steps 200: a trial would train 200 steps "
+          "without a validation, so without a val/return for Optuna; set --trainer.val_check_interval to at most 200 "
+          "(or raise --trainer.max_steps)")),
+        (["--trainer.limit_val_batches", "0"], None,
+         ("error: trainer.limit_val_batches 0 leaves every trial without a validation, so without a val/return for "
+          "Optuna; leave it unset or above 0")),
+        (["--trainer.max_steps", "-5"], None,
+         "error: trainer.max_steps must be at least 1 training step, or -1 for no limit; got -5"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(args, space, message, tmp_path, tmp_path_factory, monkeypatch,
@@ -190,6 +202,57 @@ def test_bad_input_is_one_line_and_writes_nothing(args, space, message, tmp_path
     assert info.value.code == 2
     assert capsys.readouterr().err.strip() == message
     assert list(tmp_path.iterdir()) == []
+
+
+def _tune_without_trials(monkeypatch, *args: str) -> list[int]:
+    """``tune`` up to its trials (the study is opened and checked, no trial runs); the calls of run_study."""
+    calls = []
+    monkeypatch.setattr(tune_module, "run_study", lambda *a: calls.append(1))
+    main(["tune", "--config", "pendulum.yaml", "--n_trials", "1", "--storage", "sqlite:///study.db", *TINY, *args])
+    return calls
+
+
+def test_a_study_is_the_same_search_by_value_however_the_options_are_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert _tune_without_trials(monkeypatch, "--trainer.max_steps", "300", "--data.batch_size", "64") == [1]
+    # before: refused, because the text of the options differed
+    assert _tune_without_trials(monkeypatch, "--trainer.max_steps=300", "--data.batch_size=64") == [1]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        _tune_without_trials(monkeypatch, "--trainer.max_steps=400", "--data.batch_size=64", "--model.gamma", "0.9")
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: study pendulum in sqlite:///study.db was run with other values: model.gamma 0.98 in the study, 0.9 "
+        "now; trainer.max_steps 300 in the study, 400 now; run it with the same config, fit options and space, or "
+        "pass another --study_name"]
+    # what only changes what a run shows is no other search
+    assert _tune_without_trials(monkeypatch, "--trainer.max_steps=300", "--data.batch_size=64",
+                                "--progress_bar.log_seconds", "5") == [1]
+
+
+def test_the_budget_check_takes_the_bounds_of_the_space():
+    from td3_lightning.errors import UserInputError
+
+    config = str(Path(tune_module.__file__).parent / "configs" / "pendulum.yaml")
+    cli = tune_module._build_cli(["--config", config, "--trainer.val_check_interval", "100"], instantiate=False)
+    with pytest.raises(UserInputError, match=r"^trainer.val_check_interval 100 is above trainer.max_steps 50: "):
+        tune_module.check_budget(cli, {"trainer.max_steps": {"type": "int", "low": 50, "high": 500}})
+    with pytest.raises(UserInputError, match=r"^trainer.val_check_interval 400 is above trainer.max_steps 300: "):
+        tune_module.check_budget(cli, {"trainer.max_steps": {"type": "categorical", "choices": [300, 1000]},
+                                       "trainer.val_check_interval": {"type": "int", "low": 100, "high": 400}})
+    tune_module.check_budget(cli, {"trainer.max_steps": {"type": "int", "low": 100, "high": 500}})
+
+
+def test_a_space_file_reads_numbers_as_fit_configs_do(tmp_path):
+    # YAML 1.1 reads 3e-3 (an exponent without a dot) as a string; fit configs read it as a number
+    file = tmp_path / "space.yaml"
+    file.write_text("model.actor_lr: {type: float, low: 1e-4, high: 3e-3, log: true}\n"
+                    "model.tau: {type: float, low: 1.5e-3, high: 2E-2}\n"
+                    "data.batch_size: {type: categorical, choices: [32, 64]}\n")
+    space = tune_module.load_space(str(file))
+    assert space["model.actor_lr"] == {"type": "float", "low": 1e-4, "high": 3e-3, "log": True}
+    assert space["model.tau"]["low"] == 1.5e-3 and space["model.tau"]["high"] == 2e-2
+    assert space["data.batch_size"]["choices"] == [32, 64]
 
 
 def test_without_optuna_it_names_the_extra(tmp_path, monkeypatch, capsys):
