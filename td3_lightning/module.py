@@ -47,21 +47,21 @@ class TD3(L.LightningModule):
         hidden_dims: hidden layer sizes of the actor and of every critic.
         layer_norm: a LayerNorm on every hidden layer of the actor and the critics.
         normalize_obs: standardise vector observations by running statistics, kept in the actor (and its exports).
-        embedding_dim: length of SALE state and state-action embeddings fed to actor and critics (0 = off).
+        embedding_dim: length of SALE state and state-action embeddings fed to actor and critics (>= 0; 0 = off).
         embedding_lr: Adam learning rate of the SALE encoder (> 0).
         num_critics: number of critics; the target takes the minimum over all of them (>= 2).
         gamma: discount factor, in [0, 1].
         tau: Polyak rate of the target networks, in (0, 1] (1 = hard copy).
-        target_update_every: hard copies into the targets every N training steps instead of Polyak (0 = Polyak).
-        policy_noise: std of the target-policy smoothing noise, relative to half the action range.
-        noise_clip: clip of that noise, relative to half the action range.
+        target_update_every: hard copies into the targets every N training steps, not Polyak (>= 0; 0 = Polyak).
+        policy_noise: std of the target-policy smoothing noise, relative to half the action range (>= 0).
+        noise_clip: clip of that noise, relative to half the action range (>= 0).
         policy_freq: the actor and the targets are updated every policy_freq critic updates (>= 1).
-        exploration_noise: std of the exploration noise, relative to half the action range.
+        exploration_noise: std of the exploration noise, relative to half the action range (>= 0).
         actor_lr: Adam learning rate of the actor (> 0).
         critic_lr: Adam learning rate of the critics (> 0).
-        exploration_noise_final: exploration noise at the end of schedule_steps (linear decay; null = constant).
+        exploration_noise_final: exploration noise at the end of schedule_steps (>= 0; null = constant).
         lr_final_factor: both learning rates decay linearly to lr * lr_final_factor over schedule_steps (> 0).
-        schedule_steps: length of both schedules in training steps (null = trainer.max_steps).
+        schedule_steps: length of both schedules in training steps (>= 1; null = trainer.max_steps).
         preactivation_penalty: weight of the actor's mean squared output before the tanh (>= 0; 0 = off).
         reset_steps: training steps after which the networks start over, the buffer kept ([] = never).
         encoder: auto (a CNN for images (C, H, W)), cnn or none.
@@ -70,7 +70,7 @@ class TD3(L.LightningModule):
         state_prediction: weight of the actor encoder's prediction of the privileged observation (>= 0; 0 = off).
         teacher: checkpoint of a policy on the privileged observation that the actor imitates (null = off).
         teacher_weight: weight of the teacher's term (>= 0).
-        random_shift: DrQ random shift of image batches, in pixels (0 = off).
+        random_shift: DrQ random shift of image batches, in pixels (>= 0; 0 = off).
         flush_denormal: treat float32 values below 1.2e-38 as zero on the CPU (faster; process-wide).
         compile_mode: torch.compile the training step: none, default, reduce-overhead, max-autotune(-no-cudagraphs).
     """
