@@ -247,9 +247,12 @@ class Networks(NamedTuple):
     normalizer: ObservationNormalizer | None = None  # shared by actor, critics and their targets
 
     def targets(self) -> tuple[Actor, CriticEnsemble]:
-        """Frozen copies of actor and critics for the target networks; they share the observation
-        normaliser (the same statistics), and copy everything else."""
-        shared = {id(self.normalizer): self.normalizer}
+        """Frozen copies of actor and critics for the target networks. They share the observation
+        normaliser (the same statistics) and one copy of the fixed SALE encoder, as actor and critics do;
+        everything else is copied for each."""
+        shared: dict[int, object] = {id(self.normalizer): self.normalizer}
+        if self.fixed_embedding is not None:
+            shared[id(self.fixed_embedding)] = copy.deepcopy(self.fixed_embedding)
         return tuple(copy.deepcopy(net, dict(shared)).requires_grad_(False).eval()  # type: ignore[return-value]
                      for net in (self.actor, self.critic))
 

@@ -55,6 +55,7 @@ def test_sale_embeddings_feed_actor_and_critics_from_the_fixed_encoder():
     sale = m.extensions.auxiliary_losses["embedding"].encoder
     fixed = m.actor.encoder.fixed
     assert m.critic.input_layer.fixed is fixed  # one fixed encoder, read by actor and critics
+    assert m.critic_target.input_layer.fixed is m.actor_target.encoder.fixed is not fixed  # and one for the targets
     assert all(not p.requires_grad for p in fixed.parameters())
     assert all(torch.equal(a, b) for a, b in zip(fixed.encoder.parameters(), sale.parameters()))
     b = batch_of()
