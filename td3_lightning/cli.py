@@ -37,6 +37,7 @@ from td3_lightning.checkpointing import (
     with_atomic_checkpoint_io,
 )
 from td3_lightning.data import ReplayDataModule
+from td3_lightning.envs import make_env
 from td3_lightning.errors import UserInputError, did_you_mean
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.module import TD3
@@ -227,6 +228,28 @@ class TD3CLI(LightningCLIHooks):
             super().instantiate_classes()
         except MisconfigurationException as err:
             raise UserInputError("Lightning refuses a callback option: " + " ".join(str(err).split())) from None
+        except UserInputError:
+            self._check_checkpoint_observations()  # a checkpoint of another env: say that, not what follows from it
+            raise
+
+    def _check_checkpoint_observations(self) -> None:
+        """The checkpoint's observation shape against the configured env's, when the model could not be
+        built from the checkpoint's hyperparameters (e.g. the pixel driver with the state env's config)."""
+        facts, subcommand = self._ckpt_facts, self.config.get("subcommand")
+        if facts is None or facts.get("obs_shape") is None or not subcommand:
+            return
+        data = self.config[subcommand].get("data") or {}
+        env_id = data.get("env_id")
+        try:
+            probe = make_env(env_id, dict(data.get("env_kwargs") or {}))
+        except Exception:  # noqa: BLE001 - the env's own error is reported by the datamodule
+            return
+        shape = tuple(probe.observation_space.shape or ())
+        probe.close()
+        if tuple(facts["obs_shape"]) != shape:
+            raise UserInputError(
+                f"checkpoint observation shape {tuple(facts['obs_shape'])} != {env_id}'s {shape} ({facts['path']}); "
+                "use the config (data.env_id, data.env_kwargs) the checkpoint was trained with") from None
 
     def set_seed(self, seed: Any) -> None:
         # "Seed set to N" is said once the input has passed every check (instantiate_trainer),

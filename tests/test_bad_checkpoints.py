@@ -267,3 +267,16 @@ def test_export_defaults_to_the_newest_best_checkpoint(real_ckpt, tmp_path, monk
     assert f"checkpoint: {best} (--ckpt_path best)" in capsys.readouterr().out
     slim = torch.load(tmp_path / "policy.ckpt", weights_only=True)
     assert slim["global_step"] == torch.load(best, weights_only=True)["global_step"] and "optimizer_states" not in slim
+
+
+@pytest.mark.parametrize("extra", [[], ["--data.privileged_critic", "true"]])
+def test_the_pixel_driver_with_the_state_config_names_the_observation_shape(extra, tmp_path, monkeypatch, capsys):
+    """The real cause, not what follows from it (a teacher without a privileged observation, an env without one)."""
+    import td3_lightning
+
+    monkeypatch.chdir(tmp_path)
+    pixels = Path(td3_lightning.__file__).parent / "checkpoints" / "car_pixels.ckpt"
+    err = _error_line(["test", "--config", "car.yaml", "--ckpt_path", str(pixels), *extra], capsys)
+    assert err == (f"error: checkpoint observation shape (4, 40, 40) != CarRacingState-v0's (43,) ({pixels}); "
+                   "use the config (data.env_id, data.env_kwargs) the checkpoint was trained with")
+    assert list(tmp_path.iterdir()) == []
