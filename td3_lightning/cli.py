@@ -249,7 +249,7 @@ class TD3CLI(LightningCLIHooks):
         if tuple(facts["obs_shape"]) != shape:
             raise UserInputError(
                 f"checkpoint observation shape {tuple(facts['obs_shape'])} != {env_id}'s {shape} ({facts['path']}); "
-                "use the config (data.env_id, data.env_kwargs) the checkpoint was trained with") from None
+                "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on") from None
 
     def set_seed(self, seed: Any) -> None:
         # "Seed set to N" is said once the input has passed every check (instantiate_trainer),

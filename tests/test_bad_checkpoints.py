@@ -278,5 +278,5 @@ def test_the_pixel_driver_with_the_state_config_names_the_observation_shape(extr
     pixels = Path(td3_lightning.__file__).parent / "checkpoints" / "car_pixels.ckpt"
     err = _error_line(["test", "--config", "car.yaml", "--ckpt_path", str(pixels), *extra], capsys)
     assert err == (f"error: checkpoint observation shape (4, 40, 40) != CarRacingState-v0's (43,) ({pixels}); "
-                   "use the config (data.env_id, data.env_kwargs) the checkpoint was trained with")
+                   "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on")
     assert list(tmp_path.iterdir()) == []
