@@ -91,30 +91,28 @@ def cli_config_value(cli: LightningCLI, config: Any, key: str, default: Any = No
     return cli._get(config, key, default=default)
 
 
-def cli_option_names(cli: LightningCLI, args: Any) -> list[str]:
-    """Every ``--option`` of the subcommand named in ``args`` (LightningCLI's
-    ``_subcommand_parsers``, argparse's ``_option_string_actions``), for "did you mean"."""
+def _option_actions(cli: LightningCLI, args: Any) -> dict[str, Any]:
+    """``--option`` -> its argparse action, of the subcommand named in ``args`` (LightningCLI's
+    ``_subcommand_parsers``, argparse's ``_option_string_actions``)."""
     parser = cli.parser
     subparsers = getattr(cli, "_subcommand_parsers", {})
     for arg in args or []:
         if isinstance(arg, str) and arg in subparsers:
             parser = subparsers[arg]
             break
-    return [o for o in getattr(parser, "_option_string_actions", {}) if o.startswith("--")]
+    return {o: a for o, a in getattr(parser, "_option_string_actions", {}).items() if o.startswith("--")}
+
+
+def cli_option_names(cli: LightningCLI, args: Any) -> list[str]:
+    """Every ``--option`` of the subcommand named in ``args``, for "did you mean"."""
+    return list(_option_actions(cli, args))
 
 
 def cli_option_types(cli: LightningCLI, args: Any) -> dict[str, tuple[Any, str]]:
-    """Every ``--option`` of the subcommand named in ``args`` (as :func:`cli_option_names`) -> its
-    type hint (jsonargparse's ``ActionTypeHint._typehint``; None for options without one, e.g.
-    ``--config``) and its help text, for tests that walk the options."""
-    parser = cli.parser
-    subparsers = getattr(cli, "_subcommand_parsers", {})
-    for arg in args or []:
-        if isinstance(arg, str) and arg in subparsers:
-            parser = subparsers[arg]
-            break
-    return {o: (getattr(a, "_typehint", None), a.help or "")
-            for o, a in getattr(parser, "_option_string_actions", {}).items() if o.startswith("--")}
+    """Every ``--option`` of the subcommand named in ``args`` -> its type hint (jsonargparse's
+    ``ActionTypeHint._typehint``; None for options without one, e.g. ``--config``) and its help text,
+    for tests that walk the options."""
+    return {o: (getattr(a, "_typehint", None), a.help or "") for o, a in _option_actions(cli, args).items()}
 
 
 # ---------------------------------------------------------------- the training loop's batch counters
