@@ -10,7 +10,10 @@ import sys
 
 
 def main(args: list[str] | None = None) -> None:
+    from td3_lightning.help import answer_early  # the listing, an unknown subcommand, --help: no torch import
+
     argv = sys.argv[1:] if args is None else list(args)
+    answer_early(argv)  # cli.main calls it again, for callers that start there
     if argv[:1] == ["tune"]:
         from td3_lightning.tune import main as tune_main
 

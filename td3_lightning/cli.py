@@ -25,7 +25,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from td3_lightning import commands
+from td3_lightning import commands, help
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
 from td3_lightning.callbacks import RLProgressBar, TestReport
 from td3_lightning.envloop import EnvLoop
@@ -429,12 +429,7 @@ def main(args: list[str] | None = None) -> None:
     """The command line for ``fit``, ``validate``, ``test`` and ``export`` (``python -m td3_lightning``,
     i.e. :func:`td3_lightning.__main__.main`, adds ``tune``)."""
     ignore_expected_warnings()
-    argv = sys.argv[1:] if args is None else list(args)
-    if not argv or argv[0] in ("-h", "--help"):  # the listing of the subcommands
-        print(commands.listing(), file=sys.stdout if argv else sys.stderr)
-        if not argv:
-            print(f"error: {commands.no_subcommand()}", file=sys.stderr)
-        sys.exit(0 if argv else 2)
+    argv = help.answer_early(sys.argv[1:] if args is None else list(args))
     if argv[0] == "export":  # not a Trainer entry point: its own small parser
         from td3_lightning.export import main as export_main
 
@@ -443,9 +438,6 @@ def main(args: list[str] | None = None) -> None:
     if argv[0] == "tune":  # it drives this command line, so it runs above it
         print(f"error: tune is dispatched by td3_lightning.__main__.main ({commands.PROG} tune ...)",
               file=sys.stderr)
-        sys.exit(2)
-    if not argv[0].startswith("-") and argv[0] not in commands.TRAINER_SUBCOMMANDS:
-        print(f"error: {commands.unknown_subcommand(argv[0])}", file=sys.stderr)
         sys.exit(2)
     try:
         argv = resolve_config_args(argv)

@@ -1,0 +1,169 @@
+"""The first screen of ``fit|validate|test --help``: the project's options, one line each.
+
+LightningCLI's own help lists every Trainer option before the model's (about 900 lines);
+``--help full`` still prints it. The short help is built from the same parser by
+:func:`build_short_help` and kept as text in :mod:`td3_lightning._help_text`, so that ``--help``
+prints it without importing torch or Lightning. ``tests/test_help.py`` checks that the text is
+current; ``python -m td3_lightning.help`` rewrites it.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from td3_lightning.commands import (PROG, SUBCOMMANDS, TRAINER_SUBCOMMANDS, listing, no_subcommand,
+                                    unknown_subcommand)
+
+FULL = "full"  # `fit --help full`: LightningCLI's help, every option
+LINKED = "linked from"  # the help of options the command line sets from the env (not shown)
+
+#: The Trainer and ModelCheckpoint options a user of this project reaches for, in this project's words
+#: (Lightning's own descriptions run to a paragraph each).
+LIGHTNING_LINES: dict[str, str] = {
+    "--trainer.max_steps": "training steps, one per env step after the warm-up (>= 1).",
+    "--trainer.val_check_interval": "validate every N training steps (>= 1).",
+    "--trainer.max_time": "stop after this wall time too, e.g. 00:02:00:00 (DD:HH:MM:SS).",
+    "--trainer.accelerator": "cpu, gpu or auto.",
+    "--trainer.devices": "devices to train on; several run DDP, each rank with its own envs and buffer.",
+    "--trainer.precision": "32-true (the default), bf16-mixed, 16-mixed or 64-true.",
+    "--trainer.default_root_dir": "the folder that holds lightning_logs/version_N/ (default: the current folder).",
+    "--trainer.log_every_n_steps": "TensorBoard scalars every N training steps (>= 1).",
+    "--trainer.enable_model_summary": "print the networks' summary when training starts.",
+    "--checkpoint.every_n_train_steps": "also checkpoint every N training steps, not only at validations (>= 0; 0 = off).",
+    "--checkpoint.save_top_k": "how many best checkpoints by val/return to keep (>= -1; -1 = all).",
+}
+
+#: The options of every Trainer subcommand that are not the classes' arguments.
+GENERAL_LINES: dict[str, str] = {
+    "--config": "a YAML file or a bundled config's name (pendulum.yaml, car.yaml, ...).",
+    "--seed_everything": "seed of every random stream (an integer; true = a random one).",
+    "--print_config": "print the resolved configuration and exit.",
+}
+
+#: ``--ckpt_path`` as each subcommand reads it
+CKPT_PATH: dict[str, str] = {
+    "fit": "resume: last (the newest last.ckpt of this config's runs), best, or a checkpoint file.",
+    "validate": "the policy to play: best (default: the newest best checkpoint), last, or a checkpoint file.",
+    "test": "the policy to play: best (default: the newest best checkpoint), last, or a checkpoint file.",
+}
+
+#: option groups shown in full, with their headings
+GROUPS: dict[str, str] = {
+    "--model.": "TD3 (--model.*; docs/options.md has the why of each)",
+    "--data.": "environments, replay buffer and evaluation (--data.*; docs/options.md)",
+    "--progress_bar.": "the progress line (--progress_bar.*)",
+    "--learning_curve.": "the learning-curve plot (--learning_curve.*)",
+}
+
+
+def answer_early(argv: list[str]) -> list[str]:
+    """What needs no parser, answered before torch and Lightning are imported: the listing of the
+    subcommands (no argument, ``--help``), an unknown subcommand, and ``<subcommand> --help``. Exits
+    after answering; otherwise returns the arguments to run (``--help full`` as LightningCLI's ``--help``)."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(listing(), file=sys.stdout if argv else sys.stderr)
+        if not argv:
+            print(f"error: {no_subcommand()}", file=sys.stderr)
+        sys.exit(0 if argv else 2)
+    if not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+        print(f"error: {unknown_subcommand(argv[0])}", file=sys.stderr)
+        sys.exit(2)
+    if argv[0] not in TRAINER_SUBCOMMANDS:
+        return argv
+    which = requested(argv[1:])
+    if which == "short":
+        print(short_help(argv[0]), end="")
+        sys.exit(0)
+    return [argv[0], *without_full(argv[1:])] if which == "full" else argv
+
+
+def requested(argv: list[str]) -> str | None:
+    """``"short"``, ``"full"`` or None: which help the arguments of a Trainer subcommand ask for."""
+    if not ({"-h", "--help"} & set(argv)):
+        return None
+    return "full" if FULL in argv else "short"
+
+
+def without_full(argv: list[str]) -> list[str]:
+    """``argv`` for LightningCLI's own help: the ``full`` after ``--help`` removed."""
+    return [a for i, a in enumerate(argv) if not (a == FULL and i > 0 and argv[i - 1] in ("-h", "--help"))]
+
+
+def short_help(subcommand: str) -> str:
+    """The stored first screen of ``<subcommand> --help`` (no torch or Lightning import)."""
+    from td3_lightning._help_text import HELP
+
+    return HELP[subcommand]
+
+
+def _default_text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _one_line(text: str) -> str:
+    return " ".join((text or "").split())
+
+
+def build_short_help(subcommand: str) -> str:
+    """The first screen of ``<subcommand> --help``, from the live parser: every option of the project's
+    groups with its help and default, then the Trainer and checkpoint options of :data:`LIGHTNING_LINES`."""
+    options, defaults = _parser_options()
+    lines: list[tuple[str, str]] = [("--ckpt_path", CKPT_PATH[subcommand])]
+    lines += [(name, text) for name, text in GENERAL_LINES.items()]
+    sections: list[tuple[str, list[tuple[str, str]]]] = [("options", lines)]
+    for prefix, heading in GROUPS.items():
+        group = [(name, f"{_one_line(help_text)} (default: {_default_text(defaults.get(name[2:]))})")
+                 for name, help_text in options.items()
+                 if name.startswith(prefix) and not name.endswith("+") and LINKED not in help_text]
+        sections.append((heading, group))
+    lightning = [(name, text if defaults.get(name[2:]) is None else f"{text} (default: {_default_text(defaults.get(name[2:]))})")
+                 for name, text in LIGHTNING_LINES.items()]
+    sections.append(("Lightning's Trainer and ModelCheckpoint, the options used most", lightning))
+    width = max(len(name) for _, group in sections for name, _ in group)
+    out = [f"usage: {PROG} {subcommand} [--config <yaml>] [--ckpt_path <ckpt>] [--<group>.<option> <value> ...]",
+           "", f"{SUBCOMMANDS[subcommand][0][0].upper()}{SUBCOMMANDS[subcommand][0][1:]}.",
+           f"Every option can be set in the config file and overridden here. `{PROG} {subcommand} --help full`",
+           f"lists all {len(options)} options, Lightning's Trainer and ModelCheckpoint included."]
+    for heading, group in sections:
+        out += ["", f"{heading}:"] + [f"  {name:<{width}}  {text}" for name, text in group]
+    return "\n".join(out) + "\n"
+
+
+def _parser_options() -> tuple[dict[str, str], Any]:
+    """Every ``--option`` of the command line -> its help text, and the parser's defaults (the
+    Trainer subcommands share them: only ``--ckpt_path`` differs, which :data:`CKPT_PATH` describes)."""
+    from td3_lightning import _lightning
+    from td3_lightning.cli import TD3CLI, cli_kwargs
+    from td3_lightning.data import ReplayDataModule
+    from td3_lightning.module import TD3
+
+    class _ParserOnly(TD3CLI):
+        def instantiate_classes(self) -> None:
+            pass
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # constructing the CLI seeds, and says so
+        cli = _ParserOnly(TD3, ReplayDataModule, args=[], run=False, **cli_kwargs())
+    options = {name: help_text for name, (_, help_text) in _lightning.cli_option_types(cli, []).items()}
+    return options, cli.parser.get_defaults()
+
+
+def write_help_text(path: Path | None = None) -> Path:
+    """Rewrite :mod:`td3_lightning._help_text` from the live parser."""
+    path = path or Path(__file__).with_name("_help_text.py")
+    texts = {sub: build_short_help(sub) for sub in TRAINER_SUBCOMMANDS}
+    body = "\n".join(f"    {sub!r}: {text!r}," for sub, text in texts.items())
+    path.write_text(f'"""Generated by ``python -m td3_lightning.help`` from the parser; do not edit."""\n\n'
+                    f"HELP = {{\n{body}\n}}\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(f"wrote {write_help_text()}", file=sys.stderr)

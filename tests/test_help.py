@@ -1,0 +1,77 @@
+"""``fit|validate|test --help``: the project's options first, one line each, without importing torch;
+``--help full``: LightningCLI's help with every option."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from td3_lightning import help as short
+from td3_lightning._help_text import HELP
+from td3_lightning.cli import main
+from td3_lightning.commands import TRAINER_SUBCOMMANDS
+
+
+@pytest.fixture(scope="module")
+def parser_options() -> dict[str, str]:
+    return short._parser_options()[0]
+
+
+@pytest.mark.parametrize("subcommand", TRAINER_SUBCOMMANDS)
+def test_the_stored_help_is_the_parser_s(subcommand):
+    assert short.build_short_help(subcommand) == HELP[subcommand], (
+        "the stored help is out of date: run `python -m td3_lightning.help`")
+
+
+def test_every_project_option_has_one_line_and_lightning_only_the_chosen(parser_options):
+    lines = {line.split()[0]: line for line in HELP["fit"].splitlines() if line.startswith("  --")}
+    project = [o for o, text in parser_options.items()
+               if o.startswith(tuple(short.GROUPS)) and not o.endswith("+") and short.LINKED not in text]
+    assert len(project) > 50
+    assert [o for o in project if o not in lines] == []
+    assert "--model.obs_shape" not in lines  # set from the env
+    trainer = sorted(o for o in lines if o.startswith(("--trainer.", "--checkpoint.")))
+    assert trainer == sorted(short.LIGHTNING_LINES)
+    assert set(short.LIGHTNING_LINES) <= set(parser_options)  # the chosen ones exist
+    assert lines["--model.gamma"].endswith("discount factor, in [0, 1]. (default: 0.99)")
+    assert lines["--trainer.max_steps"].endswith("(default: 100000)")  # the project's Trainer default
+    assert "--ckpt_path" in lines and "last" in lines["--ckpt_path"]
+    assert HELP["fit"].index("--model.hidden_dims") < HELP["fit"].index("--trainer.max_steps")
+
+
+def test_help_prints_the_short_help_without_importing_torch(tmp_path):
+    code = ("import sys\nfrom td3_lightning.__main__ import main\n"
+            "try:\n    main(['fit', '--help'])\nexcept SystemExit as e:\n"
+            "    print('EXIT', e.code, 'torch' in sys.modules, 'lightning' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.stderr == ""
+    assert proc.stdout == HELP["fit"] + "EXIT 0 False False\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_after_other_options_is_the_short_help(flag, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["test", "--config", "pendulum.yaml", flag])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == HELP["test"]
+
+
+def test_help_full_is_lightning_s(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--help", "full"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0
+    assert "--trainer.gradient_clip_val" in out and "--model.hidden_dims" in out
+    assert out.count("\n") > 3 * HELP["fit"].count("\n")
+
+
+def test_full_is_dropped_only_after_help():
+    assert short.without_full(["--help", "full"]) == ["--help"]
+    assert short.without_full(["--config", "full", "--help"]) == ["--config", "full", "--help"]
+    assert short.requested(["--config", "x.yaml"]) is None
+    assert short.requested(["-h"]) == "short"
+    assert short.requested(["--help", "full"]) == "full"
