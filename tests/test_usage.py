@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from td3_lightning import help as short
-from td3_lightning._help_text import HELP
+from td3_lightning import usage as short
+from td3_lightning._usage_text import HELP
 from td3_lightning.cli import main
 from td3_lightning.commands import TRAINER_SUBCOMMANDS
 
@@ -22,7 +22,7 @@ def parser_options() -> dict[str, str]:
 @pytest.mark.parametrize("subcommand", TRAINER_SUBCOMMANDS)
 def test_the_stored_help_is_the_parser_s(subcommand):
     assert short.build_short_help(subcommand) == HELP[subcommand], (
-        "the stored help is out of date: run `python -m td3_lightning.help`")
+        "the stored help is out of date: run `python -m td3_lightning.usage`")
 
 
 def test_every_project_option_has_one_line_and_lightning_only_the_chosen(parser_options):
