@@ -644,6 +644,29 @@ def test_recovery_starts_put_the_car_at_rest_beside_a_random_point_with_the_tile
     assert len(set(starts)) == len(starts)
 
 
+@pytest.mark.parametrize("angle", [0.0, 20.0])
+def test_a_recovery_start_points_along_the_road_within_its_angle(angle, monkeypatch):
+    headings = []  # the angle each car is built with (its first physics frame turns it by up to 3 degrees)
+    real_car = car_module.Car
+
+    def car(world, init_angle, x, y):
+        headings.append(init_angle)
+        return real_car(world, init_angle, x, y)
+
+    monkeypatch.setattr(car_module, "Car", car)
+    env = CarRacingState(recovery_starts=1.0, recovery_start_offset=0.0, recovery_start_angle=angle)
+    turns = []
+    for seed in range(6):
+        _, info = env.reset(seed=seed)
+        beta, x, y = env.track[info["start_tile"]][1:4]
+        assert np.allclose(env.car.hull.position, (x, y), atol=0.05)  # on the centre line (after one frame)
+        turns.append(math.degrees(headings[-1] - beta))
+    assert max(abs(t) for t in turns) <= angle
+    assert (max(turns) - min(turns) > 5.0) == (angle > 0)  # drawn, not fixed
+    with pytest.raises(ValueError, match=r"recovery_start_angle must be in \[0, 180\] degrees"):
+        CarRacingState(recovery_start_angle=181.0)
+
+
 def test_a_recovery_start_earns_only_the_tiles_it_visits_itself():
     env = CarRacingState(recovery_starts=1.0, recovery_start_offset=5.0)
     for seed in range(3):

@@ -291,6 +291,12 @@ class CarRacingState(CarRacing):
         recovery_start_offset: the largest distance of a recovery start from
             the centre line, in world units (the road edge is at 6.67; the
             lateral-offset feature saturates at 33).
+        recovery_start_angle: the largest angle, in degrees, between a
+            recovery start's heading and the road's direction at k (uniform;
+            180, the default, is any heading; 0 with offset 0 is a car at rest
+            on the centre line, pointing along the lap).  Why: a driver that
+            stopped on the road in front of a bend never saw such a state in
+            training, and its critic there values braking over driving on.
         lap_complete_percent: fraction of tiles that must be visited before
             touching the start tile completes the lap (CarRacing's option).
         domain_randomize: CarRacing's colour randomisation (only affects
@@ -340,6 +346,7 @@ class CarRacingState(CarRacing):
         off_road_open_lap: bool = False,
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
+        recovery_start_angle: float = 180.0,
         lap_complete_percent: float = 0.95,
         domain_randomize: bool = False,
         max_episode_frames: int | None = CAR_RACING_MAX_FRAMES,
@@ -383,6 +390,8 @@ class CarRacingState(CarRacing):
             raise ValueError(f"recovery_starts must be a fraction in [0, 1], got {recovery_starts!r}")
         if not (math.isfinite(recovery_start_offset) and recovery_start_offset >= 0):
             raise ValueError(f"recovery_start_offset must be a finite number >= 0, got {recovery_start_offset!r}")
+        if not (math.isfinite(recovery_start_angle) and 0.0 <= recovery_start_angle <= 180.0):
+            raise ValueError(f"recovery_start_angle must be in [0, 180] degrees, got {recovery_start_angle!r}")
         if track_seed is not None and (int(track_seed) != track_seed or track_seed < 0):
             raise ValueError(f"track_seed must be None or a non-negative integer, got {track_seed!r}")
         super().__init__(
@@ -407,6 +416,7 @@ class CarRacingState(CarRacing):
             off_road_open_lap=off_road_open_lap,
             recovery_starts=recovery_starts,
             recovery_start_offset=recovery_start_offset,
+            recovery_start_angle=recovery_start_angle,
             lap_complete_percent=lap_complete_percent,
             domain_randomize=domain_randomize,
             max_episode_frames=max_episode_frames,
@@ -427,6 +437,7 @@ class CarRacingState(CarRacing):
         self.charge_time_left = charge_time_left
         self.recovery_starts = float(recovery_starts)
         self.recovery_start_offset = float(recovery_start_offset)
+        self.recovery_start_angle = float(recovery_start_angle)
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
         self.observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
         self.action_mode = action_mode
@@ -509,7 +520,7 @@ class CarRacingState(CarRacing):
         return self.missed_tile_penalty * min(1.0, int(steps) / self.missed_tile_penalty_ramp)
 
     def _recovery_start_car(self) -> tuple[Car, int]:
-        """A car at rest beside a random track point k, at a random angle, and k; tiles 0..k visited."""
+        """A car at rest beside a random track point k, at a random angle to the road, and k; tiles 0..k visited."""
         rng = self.np_random
         k = int(rng.integers(len(self.track)))
         beta, x, y = self.track[k][1:4]
@@ -519,7 +530,8 @@ class CarRacingState(CarRacing):
         for tile in self.road[: k + 1]:
             tile.road_visited = True
         self.tile_visited_count = k + 1
-        return Car(self.world, beta + float(rng.uniform(-math.pi, math.pi)), x, y), k
+        turn = math.radians(self.recovery_start_angle)
+        return Car(self.world, beta + float(rng.uniform(-turn, turn)), x, y), k
 
     def _prepare_track_arrays(self) -> None:
         track = np.asarray(self.track, dtype=np.float64)  # rows: alpha, beta, x, y
