@@ -82,8 +82,10 @@ EXPECTED_WARNINGS = (
     r"The dirpath has changed from",
 )
 
-#: Lightning's info lines that advertise services rather than say something about the run.
-UNASKED_LINES = ("💡 Tip:",)
+#: Lightning's info lines that say nothing a user can act on: advertisements of services, accelerators
+#: that this machine does not have, and the checkpoint path said before the line that says it was loaded.
+UNASKED_LINES = ("💡 Tip:", "GPU available: False", "TPU available: False", "HPU available: False",
+                 "Restoring states from the checkpoint path at")
 
 # the loggers of Lightning's rank_zero_info (the fabric's and the trainer's)
 _RANK_ZERO_LOGS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
