@@ -11,8 +11,8 @@ Why and what is refused: ``docs/options.md``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -76,6 +76,8 @@ class CapturedUpdate:
         self.noise = torch.empty(0)
         self.ready = False  # warmed up (and captured)
         self._layout: tuple[Any, ...] = ()
+        self._statics: list[Tensor] = []  # the static buffers in the batch's order, the noise last
+        self._by_dtype: list[list[int]] = []  # their indices, by dtype
         self._graphs: tuple[Any, Any] | None = None  # critic, actor
         self._outputs: tuple[Tensor, Tensor, Tensor] | None = None  # critic loss, Q values, actor loss
         self._act: tuple[Tensor, Tensor, Any] | None = None  # static observations, action, graph
@@ -122,39 +124,55 @@ class CapturedUpdate:
         return loss.detach()
 
     def _load(self, batch: dict[str, Tensor], noise: Tensor) -> None:
-        """Copy ``batch`` and ``noise`` into the static buffers (new buffers, and a new capture, for a new layout)."""
-        layout = (*((k, v.shape, v.dtype) for k, v in batch.items()), noise.shape)
+        """Copy ``batch`` and ``noise`` into the static buffers, one multi-tensor copy per dtype (new buffers, and a
+        new capture, for a new layout)."""
+        sources = [*batch.values(), noise]
+        layout = (*batch, *((t.shape, t.dtype) for t in sources))
         if layout != self._layout:
             if "priority" in batch:
                 raise UserInputError(_unsupported("the LAP sampler's priority updates", "data.sampler lap",
                                                   "data.sampler uniform"))
             self.batch = {k: torch.empty_like(v) for k, v in batch.items()}
             self.noise, self._layout, self.ready = torch.empty_like(noise), layout, False
-        torch._foreach_copy_([*self.batch.values(), self.noise], [*batch.values(), noise])
+            self._statics = [*self.batch.values(), self.noise]
+            dtypes = [t.dtype for t in sources]
+            self._by_dtype = [[i for i, d in enumerate(dtypes) if d == dtype] for dtype in dict.fromkeys(dtypes)]
+        for group in self._by_dtype:
+            torch._foreach_copy_([self._statics[i] for i in group], [sources[i] for i in group])
 
     def _prepare(self) -> None:
-        """Warm up (on a side stream when capturing), undo the warm-up's updates, then capture."""
+        """Warm up, undo the warm-up's updates, then capture (on CUDA)."""
         self._graphs = self._outputs = None
         saved = self._snapshot()
-        side = torch.cuda.Stream(self.device) if self.capture else None
-        if side is not None:
-            side.wait_stream(torch.cuda.current_stream(self.device))
-        with self.module.stats.paused(), torch.cuda.stream(side) if side is not None else nullcontext():
-            for _ in range(WARMUP_STEPS):
-                self._critic_update()
-                self._actor_update()
-        if side is not None:
-            torch.cuda.current_stream(self.device).wait_stream(side)
-        self._restore(saved)
-        if self.capture:
-            critic_graph, actor_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            with self.module.stats.paused():
+        with self.module.stats.paused():
+            self._on_side_stream(self._warm_up)
+            self._restore(saved)
+            if self.capture:
+                critic_graph, actor_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
                 with torch.cuda.graph(critic_graph):
                     critic_loss, q = self._critic_update()
                 with torch.cuda.graph(actor_graph):
                     actor_loss = self._actor_update()
-            self._graphs, self._outputs = (critic_graph, actor_graph), (critic_loss, q, actor_loss)
+                self._graphs, self._outputs = (critic_graph, actor_graph), (critic_loss, q, actor_loss)
         self.ready = True
+
+    def _warm_up(self) -> None:
+        with warnings.catch_warnings():  # Adam warns that a capturable instance steps uncaptured
+            warnings.filterwarnings("ignore", message="This instance was constructed with capturable=True")
+            for _ in range(WARMUP_STEPS):
+                self._critic_update()
+                self._actor_update()
+
+    def _on_side_stream(self, work: Callable[[], Any]) -> None:
+        """``work()`` on a side stream when capturing (torch's recipe for the warm-up before a capture)."""
+        if not self.capture:
+            work()
+            return
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            work()
+        torch.cuda.current_stream(self.device).wait_stream(side)
 
     def _optimizers(self) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
         return self.critic_optimizer, self.actor_optimizer
@@ -195,12 +213,7 @@ class CapturedUpdate:
             return self.module.actor(obs)
         if self._act is None or self._act[0].shape != obs.shape or self._act[0].dtype != obs.dtype:
             static = obs.clone()
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_STEPS):
-                    self.module.actor(static)
-            torch.cuda.current_stream(self.device).wait_stream(side)
+            self._on_side_stream(lambda: [self.module.actor(static) for _ in range(WARMUP_STEPS)])
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 action = self.module.actor(static)
