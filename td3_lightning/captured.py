@@ -201,7 +201,7 @@ class CapturedUpdate:
                         v.zero_()
 
     def _reload(self, optimizer: torch.optim.Optimizer) -> None:
-        """After ``optimizer.load_state_dict``: capturable again, and captured afresh (its states are new tensors)."""
+        """After ``optimizer.load_state_dict``: capturable again, captured afresh (its states may be new tensors)."""
         make_capturable(optimizer, self.device)
         self.ready = False
 

@@ -225,7 +225,7 @@ class TD3CLI(LightningCLIHooks):
         :func:`check_capture_options`)."""
         trainer = cli_config_value(self, self.config, "trainer", default={}) or {}
         check_trainer_options(trainer, cli_config_value(self, self.config, "checkpoint", default={}) or {})
-        if self.subcommand == "fit":
+        if self.subcommand in ("fit", None):  # None: tune's trials (run=False)
             check_capture_options(cli_config_value(self, self.config, "model", default={}) or {},
                                   cli_config_value(self, self.config, "data", default={}) or {}, trainer)
 

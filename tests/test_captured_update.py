@@ -289,7 +289,7 @@ def test_a_captured_fit_resumes_exactly_from_last_ckpt(tmp_path):
         L.seed_everything(3)
         dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=32, buffer_size=200, steps_per_batch=4, eval_episodes=1)
         model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[64, 64], compile_mode="cudagraphs",
-                    lr_final_factor=0.3, reset_steps=[80])
+                    lr_final_factor=0.3, schedule_steps=120, reset_steps=[80])
         every = ModelCheckpoint(dirpath=save_to, every_n_train_steps=60, save_last=True, save_top_k=-1)
         callbacks = [EnvLoop(), *([every] if save_to else [])]
         trainer = quiet_trainer(max_steps=max_steps, val_check_interval=50, accelerator="gpu",
