@@ -12,10 +12,10 @@
 # (markdown, for benchmarks/README.md) is printed at the end and kept in summary.md beside each part's output.
 set -u
 cd "$(dirname "$0")/.."
-out="${OUT:-gpu_check}"
-mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 python -c 'import torch, sys; torch.cuda.is_available() or sys.exit("error: benchmarks/gpu_check.sh needs a CUDA device; torch sees none")' || exit 2
+out="${OUT:-gpu_check}"
+mkdir -p "$out"
 
 summary="$out/summary.md"
 {

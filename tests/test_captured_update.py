@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -265,6 +267,19 @@ def test_the_configured_compile_mode_replaces_the_checkpoints(work_folder, capsy
     main(["fit", "--config", "pendulum.yaml", *tiny, "--trainer.max_steps", "90", "--ckpt_path", "graphs.ckpt"])
     resumed = torch.load(sorted(work_folder.rglob("last.ckpt"))[-1], weights_only=False)
     assert resumed["global_step"] == 90 and resumed["hyper_parameters"]["compile_mode"] == "none"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal without CUDA")
+def test_the_gpu_benchmark_and_check_stop_with_one_line_without_cuda(cli_env, tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    expected = {"throughput.py": "error: --device cuda needs a CUDA device, and torch sees none",
+                "gpu_check.sh": "error: benchmarks/gpu_check.sh needs a CUDA device; torch sees none"}
+    for cmd in ([sys.executable, "benchmarks/throughput.py", "--device", "cuda"], ["bash", "benchmarks/gpu_check.sh"]):
+        out = subprocess.run(cmd, cwd=repo, env={**cli_env, "OUT": str(tmp_path / "out")}, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+        assert out.stderr.startswith(expected[Path(cmd[1]).name]) and out.stdout == ""
+    assert not (tmp_path / "out").exists()
 
 
 # ----------------------------------------------------------------------------- the captured graphs (CUDA only)
