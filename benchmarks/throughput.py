@@ -13,6 +13,9 @@ Lightning batch; the same training, bit for bit); ``--ablations`` adds one step 
 ``--options`` adds td3_lightning with each option beyond the paper switched on (its cost per step).
 ``--baseline DIR`` adds td3_lightning from another checkout (e.g. ``git worktree add /tmp/base <commit>``),
 run alternately with this one, to compare two versions side by side in one run.
+``--device cuda`` adds td3_lightning with the losses compiled (``compile_mode reduce-overhead``) and with the
+update captured as CUDA graphs (``compile_mode cudagraphs``) beside eager and the plain loop.
+``--configs car walker2d`` times those configs instead, eager against ``cudagraphs`` (``--config-steps``).
 """
 
 from __future__ import annotations
@@ -31,16 +34,20 @@ WARMUP = 1000
 ENV_ID = "LunarLander-v3"
 
 
+class RunRefused(Exception):
+    """td3_lightning's command line refused the run with one ``error:`` line."""
+
+
 # ----------------------------------------------------------------------------- the three runs
 def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hooked: bool = False,
-                      checkout: str | None = None) -> dict[str, float]:
+                      checkout: str | None = None, config: str = "lunar.yaml") -> dict[str, float]:
     """The normal CLI path; the progress bar's final rate excludes the warm-up.
 
     ``extra``: more CLI arguments; ``hooked``: backward passes and optimizer steps through
     Lightning's hooks (``TD3.direct_update = False``) instead of around them; ``checkout``: the
-    td3_lightning of another source tree (its root folder) instead of this one."""
+    td3_lightning of another source tree (its root folder) instead of this one; ``config``: a bundled config."""
     args = [
-        "fit", "--config", "lunar.yaml",
+        "fit", "--config", config,
         "--trainer.max_steps", str(steps), "--data.warmup_steps", str(WARMUP), "--trainer.limit_val_batches", "0",
         "--trainer.logger", "false", "--checkpoint.save_top_k", "0", "--checkpoint.save_last", "false",
         "--trainer.callbacks", "null", "--learning_curve.filename", "",
@@ -67,6 +74,9 @@ def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hook
             if progress:
                 marks.append((time.perf_counter(), int(progress.group(1)), float(progress.group(2))))
         proc.wait()
+    refused = [line.strip() for line in lines if line.startswith("error: ")]
+    if refused:  # the command line's one-line refusal of an option
+        raise RunRefused(refused[-1])
     if proc.returncode != 0 or not marks:
         raise RuntimeError(f"td3_lightning run failed:\n{''.join(lines)[-5000:]}")
     # steady state: the steps of the run's second half over their time, so a compile in the first
@@ -182,6 +192,20 @@ ABLATIONS = {
         n, d, ("--model.compile_mode", "reduce-overhead")),
 }
 
+# --device cuda: the compiled losses and the captured update beside eager
+GPU_MODES = {
+    "td3_lightning, compile_mode reduce-overhead": ABLATIONS["td3_lightning, compile_mode reduce-overhead"],
+    "td3_lightning, compile_mode cudagraphs": lambda n, d: run_td3_lightning(
+        n, d, ("--model.compile_mode", "cudagraphs")),
+}
+# --configs: reference configs, eager against the captured update
+CONFIGS = ("car", "walker2d")
+CONFIG_MODES = {"eager": (), "cudagraphs": ("--model.compile_mode", "cudagraphs")}
+CONFIG_RUNS = {
+    f"{config}.yaml, {mode}": (lambda n, d, c=config, a=args: run_td3_lightning(n, d, a, config=f"{c}.yaml"))
+    for config in CONFIGS for mode, args in CONFIG_MODES.items()
+}
+
 # --options: td3_lightning with one of the options beyond the paper switched on (docs/options.md)
 OPTIONS = {
     "td3_lightning + layer_norm": lambda n, d: run_td3_lightning(n, d, ("--model.layer_norm", "true")),
@@ -201,7 +225,8 @@ def main() -> None:
                         help="timed training steps per run (after the warm-up); td3_lightning's rate is that of "
                         "the second half, so a compile in the first steps is not counted")
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds of the three runs")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu or cuda (cuda adds td3_lightning with compile_mode reduce-overhead and cudagraphs)")
     parser.add_argument("--skip", nargs="*", default=[], choices=list(RUNNERS), help="runs to leave out")
     parser.add_argument("--ablations", action="store_true",
                         help="also run td3_lightning with one training step per batch, without flush_denormal, "
@@ -210,25 +235,48 @@ def main() -> None:
                         help="also run td3_lightning with each option beyond the paper (docs/options.md) switched on")
     parser.add_argument("--baseline", metavar="DIR",
                         help="also run td3_lightning from the source tree DIR (another commit's checkout)")
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, metavar="CONFIG",
+                        help=f"instead: time these bundled configs ({', '.join(CONFIGS)}), eager against "
+                        "compile_mode cudagraphs (on --device cuda)")
+    parser.add_argument("--config-steps", type=int, default=3000, help="timed training steps of each --configs run")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one run
     args = parser.parse_args()
-    runners = {**RUNNERS, **ABLATIONS, **OPTIONS}
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"error: --device {args.device} needs a CUDA device, and torch sees none "
+                  f"(torch {torch.__version__}); use --device cpu", file=sys.stderr)
+            sys.exit(2)
+    runners = {**RUNNERS, **ABLATIONS, **OPTIONS, **GPU_MODES, **CONFIG_RUNS}
     if args.baseline:
         runners[BASELINE] = lambda n, d: run_td3_lightning(n, d, checkout=args.baseline)
 
     if args.one:
-        print(json.dumps(runners[args.one](args.steps, args.device)))
+        try:
+            print(json.dumps(runners[args.one](args.steps, args.device)))
+        except RunRefused as refused:
+            print(str(refused), file=sys.stderr)
+            sys.exit(2)
         return
 
-    names = [n for n in RUNNERS if n not in args.skip] + (list(ABLATIONS) if args.ablations else [])
-    names += list(OPTIONS) if args.options else []
-    names += [BASELINE] if args.baseline else []
+    if args.configs:
+        names = [f"{config}.yaml, {mode}" for config in args.configs for mode in CONFIG_MODES]
+    else:
+        names = [n for n in RUNNERS if n not in args.skip] + (list(ABLATIONS) if args.ablations else [])
+        names += list(GPU_MODES) if args.device.startswith("cuda") else []
+        names += list(OPTIONS) if args.options else []
+        names += [BASELINE] if args.baseline else []
+        names = list(dict.fromkeys(names))  # --ablations on cuda names reduce-overhead twice
+    steps = args.config_steps if args.configs else args.steps
     results: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for r in range(args.repeats):
         for name in names:
-            cmd = [sys.executable, __file__, "--one", name, "--steps", str(args.steps), "--device", args.device,
+            cmd = [sys.executable, __file__, "--one", name, "--steps", str(steps), "--device", args.device,
                    *(["--baseline", args.baseline] if args.baseline else [])]
             out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+            if out.returncode == 2 and out.stderr.startswith("error: "):
+                sys.exit(f"{name}: {out.stderr.strip()}")
             if out.returncode != 0:
                 sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
             res = json.loads(out.stdout.strip().splitlines()[-1])
@@ -237,8 +285,17 @@ def main() -> None:
             print(f"round {r + 1}: {name:34s} {res['steps_per_sec']:8.1f} steps/s{extra}", file=sys.stderr)
 
     med = {n: statistics.median(x["steps_per_sec"] for x in v) for n, v in results.items()}
+    device = _device_name(args.device)
+    if args.configs:
+        print(f"\nReference configs, {steps} timed training steps after {WARMUP} warm-up steps, median of "
+              f"{args.repeats}, {device}\n")
+        print("| config | eager (env steps/s) | compile_mode cudagraphs | cudagraphs / eager |\n|---|---:|---:|---:|")
+        for config in args.configs:
+            eager, captured = med[f"{config}.yaml, eager"], med[f"{config}.yaml, cudagraphs"]
+            print(f"| `{config}.yaml` | {eager:.1f} | {captured:.1f} | {captured / eager:.2f}x |")
+        return
     print(f"\n{ENV_ID} (continuous), 256-256, batch 256, 1 update per env step, {args.steps} timed steps, "
-          f"median of {args.repeats}, device {args.device}\n")
+          f"median of {args.repeats}, {device}\n")
     print("| run | env steps/s (median) | all runs |\n|---|---:|---|")
     for n in names:
         runs = ", ".join(f"{x['steps_per_sec']:.1f}" for x in results[n])
@@ -247,7 +304,8 @@ def main() -> None:
         print(f"\ntd3_lightning / {BASELINE}: {med['td3_lightning'] / med[BASELINE]:.3f}x")
     ours = [n for n in med if n.startswith("td3_lightning")]
     for n in ours:
-        ratios = [f"/ {other}: {med[n] / med[other]:.2f}x" for other in ("sb3", "plain") if other in med]
+        others = ("sb3", "plain", *(("td3_lightning",) if n != "td3_lightning" else ()))
+        ratios = [f"/ {other}: {med[n] / med[other]:.2f}x" for other in others if other in med]
         if ratios:
             print(f"\n{n} " + ", ".join(ratios), end="")
     print()
@@ -262,6 +320,15 @@ def main() -> None:
             overhead = 1000 / med[n] - 1000 / med["plain"]
             share = overhead / (1000 / med[n])
             print(f"| framework overhead ({n} - plain) | {overhead:.3f} ({100 * share:.1f}% of a step) |")
+
+
+def _device_name(device: str) -> str:
+    """``device`` and, for CUDA, the GPU's name and torch's versions."""
+    if not device.startswith("cuda"):
+        return f"device {device}"
+    import torch
+
+    return f"device {device} ({torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda})"
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from td3_lightning import commands, usage
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
 from td3_lightning.callbacks import RLProgressBar, TestReport
+from td3_lightning.captured import check_capture_options
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
@@ -166,15 +167,18 @@ class TD3CLI(LightningCLIHooks):
                         f"checkpoint file {problem}: {ckpt}; pass an existing .ckpt file to --ckpt_path"
                     )
                 self._ckpt_facts = inspect_checkpoint(ckpt)
-        # the checkpoint's hyperparameters replace the configured ones, except resets asked for now:
-        # resuming a stuck run with --model.reset_steps is what the option is for
+        # the checkpoint's hyperparameters replace the configured ones, except resets asked for now (resuming a
+        # stuck run with --model.reset_steps is what the option is for) and how this run computes the update
         resets = self.config[subcommand]["model"].get("reset_steps") if subcommand else None
+        mode = self.config[subcommand]["model"].get("compile_mode") if subcommand else None
         try:
             read()  # the checkpoint's model hyperparameters into the config
         except argparse.ArgumentError as err:
             raise UserInputError(
                 f"checkpoint {ckpt}: its model hyperparameters do not fit TD3 ({one_line_parse_error(str(err))})"
             ) from None
+        if mode is not None:
+            self.config[subcommand]["model"]["compile_mode"] = mode
         saved = list(self.config[subcommand]["model"].get("reset_steps") or []) if subcommand else []
         if resets and saved != list(resets):
             self.config[subcommand]["model"]["reset_steps"] = list(resets)
@@ -218,10 +222,14 @@ class TD3CLI(LightningCLIHooks):
             )
 
     def before_instantiate_classes(self) -> None:
-        """The Trainer and checkpoint options counted in training steps, checked before any env is
-        made or anything is written (:func:`check_trainer_options`)."""
-        check_trainer_options(cli_config_value(self, self.config, "trainer", default={}) or {},
-                              cli_config_value(self, self.config, "checkpoint", default={}) or {})
+        """The Trainer and checkpoint options counted in training steps, and what ``model.compile_mode
+        cudagraphs`` needs, checked before any env is made or anything is written (:func:`check_trainer_options`,
+        :func:`check_capture_options`)."""
+        trainer = cli_config_value(self, self.config, "trainer", default={}) or {}
+        check_trainer_options(trainer, cli_config_value(self, self.config, "checkpoint", default={}) or {})
+        if self.subcommand in ("fit", None):  # None: tune's trials (run=False)
+            check_capture_options(cli_config_value(self, self.config, "model", default={}) or {},
+                                  cli_config_value(self, self.config, "data", default={}) or {}, trainer)
 
     def instantiate_classes(self) -> None:
         """A Trainer or callback argument that Lightning refuses while they are built (nothing is

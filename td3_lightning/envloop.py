@@ -127,7 +127,7 @@ class EnvLoop(L.Callback):
         trainer = pl_module.trainer
         obs = torch.as_tensor(self._observe(trainer.datamodule, trainer), device=pl_module.device)
         with torch.no_grad():
-            action = pl_module.actor(obs).cpu().numpy().astype(np.float64)
+            action = pl_module.act(obs).cpu().numpy().astype(np.float64)  # the one copy to the host
         noise = torch.randn(action.shape, generator=self._gen, dtype=torch.float64).numpy()
         sigma = pl_module.exploration_noise_at(trainer.global_step)
         # float64 numpy: the same roundings as the torch ops, at half the cost for one small action

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from td3_lightning.captured import check_capture_options
 from td3_lightning.errors import UserInputError
 from td3_lightning.extensions import check_extension_options
 from td3_lightning.networks import MIN_IMAGE_SIZE
@@ -50,3 +51,4 @@ def check_hparams(hp: Mapping[str, Any]) -> None:
         if not ok:
             raise UserInputError(message)
     check_extension_options(hp)
+    check_capture_options(hp)

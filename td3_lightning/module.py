@@ -72,7 +72,7 @@ class TD3(L.LightningModule):
         teacher_weight: weight of the teacher's term (>= 0).
         random_shift: DrQ random shift of image batches, in pixels (>= 0; 0 = off).
         flush_denormal: treat float32 values below 1.2e-38 as zero on the CPU (faster; process-wide).
-        compile_mode: torch.compile the training step: none, default, reduce-overhead, max-autotune(-no-cudagraphs).
+        compile_mode: none, a torch.compile mode (default, reduce-overhead, max-autotune, ...) or cudagraphs (captured).
     """
 
     # None: the stepping paths chosen by the run (stepping.Stepper.configure); True / False force them
@@ -131,7 +131,7 @@ class TD3(L.LightningModule):
         self.random_stream = RandomStream()  # target noise, shifts, reset seeds; saved in checkpoints
         self.stepper, self.stats = Stepper(), TrainingStatistics()
         self.episode_metrics, self.test_episodes = EpisodeMetrics(), {}  # the last test's episodes, for TestReport
-        self._compiled: Any | None = None  # the compiled td3_update (compile_mode)
+        self._compiled: Any | None = None  # the compiled or captured td3_update (compile_mode)
 
     # ================================================================== the TD3 update (Algorithm 1)
     @torch.no_grad()
@@ -166,8 +166,7 @@ class TD3(L.LightningModule):
 
     @torch.no_grad()
     def update_targets(self) -> None:
-        """Polyak averaging ``theta' <- (1 - tau) theta' + tau theta`` of every target network (with
-        ``target_update_every`` the targets are hard copies every N steps instead: a step hook)."""
+        """Polyak averaging ``theta' <- (1 - tau) theta' + tau theta`` of the targets (not with target_update_every)."""
         if self.hparams.target_update_every:
             return
         online = [*self.actor.parameters(), *self.critic.parameters()]
@@ -217,8 +216,7 @@ class TD3(L.LightningModule):
         self.stats.add(critic_loss, q[0], actor_loss)
         if self.global_step % max(1, self.trainer.log_every_n_steps) == 0:
             self.stepper.guard.raise_recorded()  # the deferred loss check, at the logging sync
-            metrics = {**self.stats.means(), **self.schedules.metrics(self.global_step, run_length(self))}
-            self.log_dict(metrics, on_step=True, on_epoch=False)
+            self.log_dict({**self.stats.means(), **self.schedules.metrics(self.global_step, run_length(self))})
 
     def on_fit_start(self) -> None:  # the teacher is read, then the random stream seeded (a fixed order of draws)
         self.extensions.on_fit_start(self)
@@ -227,12 +225,14 @@ class TD3(L.LightningModule):
     def on_train_start(self) -> None:
         self.extensions.on_train_start(self)
         self.stepper.configure(self.trainer, self, self.direct_update, self.finite_check_every_step)
-        mode = self.hparams.compile_mode
-        if mode != "none":
-            self._compiled, self.stats.copy_outputs = self.stepper.compile(self.td3_update, mode, self.device)
+        if self.hparams.compile_mode != "none":  # the compiled or captured update
+            self._compiled, self.stats.copy_outputs = self.stepper.compile(self, self.hparams.compile_mode)
 
     def exploration_noise_at(self, step: int) -> float:  # relative to half the action range
         return self.schedules.exploration_noise_at(step, run_length(self))
+
+    def act(self, obs: Tensor) -> Tensor:  # the actor's action for exploration (one CUDA graph with cudagraphs)
+        return getattr(self._compiled, "act", self.actor)(obs)
 
     # ------------------------------------------------------------------ the guard, evaluation (a batch is an episode)
     def check_finite(self, state_dict: dict[str, Tensor] | None = None, action: str = "") -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from torch import Tensor
+
 
 @dataclass(frozen=True)
 class LinearSchedule:
@@ -45,13 +47,17 @@ class Schedules:
     def set_learning_rates(self, optimizers: list[object], base_lrs: list[float], step: int,
                            run_length: int | None) -> None:
         """Each optimizer's learning rate at training step ``step`` (counted from 0): its base rate
-        times the factor. Nothing to do for constant rates."""
+        times the factor, written into the rate where it is a tensor (a CUDA graph reads it there).
+        Nothing to do for constant rates."""
         if self.lr.final == self.lr.start:
             return
         factor = self.lr.at(step, run_length)
         for optimizer, base in zip(optimizers, base_lrs):
             for group in getattr(optimizer, "optimizer", optimizer).param_groups:
-                group["lr"] = base * factor
+                if isinstance(group["lr"], Tensor):
+                    group["lr"].fill_(base * factor)
+                else:
+                    group["lr"] = base * factor
 
     def metrics(self, step: int, run_length: int | None) -> dict[str, float]:
         """``train/exploration_noise`` and ``train/lr_factor`` where they change during the run."""

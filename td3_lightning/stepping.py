@@ -10,11 +10,12 @@ import torch
 from torch import Tensor
 
 from td3_lightning import _lightning
+from td3_lightning.captured import CapturedUpdate
 from td3_lightning.distributed import average_gradients
 from td3_lightning.errors import UserInputError
 from td3_lightning.guards import LossGuard
 
-COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs")
 CRITIC, ACTOR, AUXILIARY = 0, 1, 2  # optimizer indices (the critic's steps are the ones global_step counts)
 _UPDATE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 
@@ -41,17 +42,21 @@ class Stepper:
         self.direct = direct_update_possible(trainer, module) if direct is None else direct
         self.check_each_loss = module.device.type == "cpu" if check_each_loss is None else check_each_loss
 
-    def compile(self, update: Any, mode: str, device: torch.device) -> tuple[Any, bool]:
-        """``update`` compiled with ``torch.compile`` mode ``mode`` (after :meth:`configure`), and whether it
-        replays CUDA graphs (on a GPU with ``reduce-overhead`` or ``max-autotune``: its outputs are overwritten)."""
+    def compile(self, module: Any, mode: str) -> tuple[Any, bool]:
+        """``module.td3_update`` compiled with ``torch.compile`` mode ``mode``, or captured as CUDA graphs
+        (``cudagraphs``: :class:`~td3_lightning.captured.CapturedUpdate`), after :meth:`configure`; and whether
+        it replays CUDA graphs (its outputs are then overwritten by the next call)."""
         if not self.direct:
             raise UserInputError(
                 f"model.compile_mode {mode} compiles the whole training step, which needs one device, 32-bit "
                 "precision and no callback that watches backward passes or optimizer steps; set "
                 "model.compile_mode none")
         self.check_each_loss = False  # a host sync inside the step would break the graph
-        graphs = self.graphs_replayed(mode, device)
-        return compile_update(update, mode, cuda_graphs=graphs), graphs
+        if mode == "cudagraphs":
+            captured = CapturedUpdate.for_module(module)
+            return captured, captured.capture
+        graphs = self.graphs_replayed(mode, module.device)
+        return compile_update(module.td3_update, mode, cuda_graphs=graphs), graphs
 
     @staticmethod
     def graphs_replayed(mode: str, device: torch.device) -> bool:

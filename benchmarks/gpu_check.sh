@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU check of --model.compile_mode cudagraphs, in one run of at most 8 minutes on one H100 or H200:
+#
+#   bash benchmarks/gpu_check.sh        # results in $OUT (the device tool's folder) or ./gpu_check
+#
+# 1. tests: tests/test_captured_update.py with CUDA (the captured update follows eager over 100 steps; a captured
+#    fit resumed from last.ckpt equals an uninterrupted one), besides its CPU tests;
+# 2. lunar: benchmarks/throughput.py --device cuda: LunarLander-v3, 256-256, batch 256, one update per env step:
+#    td3_lightning eager, compile_mode reduce-overhead, compile_mode cudagraphs, and the plain PyTorch loop;
+# 3. car, walker2d: car.yaml and walker2d.yaml for 2000 training steps each, eager against cudagraphs.
+# Each part has its own time limit; one that fails is reported in the summary and the next one runs. The summary
+# (markdown, for benchmarks/README.md) is printed at the end and kept in summary.md beside each part's output.
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+python -c 'import torch, sys; torch.cuda.is_available() or sys.exit("error: benchmarks/gpu_check.sh needs a CUDA device; torch sees none")' || exit 2
+out="${OUT:-gpu_check}"
+mkdir -p "$out"
+
+summary="$out/summary.md"
+{
+    echo "## GPU check of compile_mode cudagraphs (commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+    echo
+    python -c 'import torch, lightning; print(f"{torch.cuda.get_device_name()}, {torch.get_num_threads()} CPU threads, torch {torch.__version__} (CUDA {torch.version.cuda}), Lightning {lightning.__version__}")'
+    echo
+} > "$summary"
+
+part() {  # part NAME LIMIT_SECONDS COMMAND...: run it, add its markdown (stdout) or its failure to the summary
+    local name=$1 limit=$2 start=$SECONDS rc
+    shift 2
+    echo "== $name (at most $limit s): $*" >&2
+    timeout "$limit" "$@" > "$out/$name.out" 2> "$out/$name.err"
+    rc=$?
+    {
+        echo "### $name: exit $rc after $((SECONDS - start)) s"
+        echo
+        echo "\`$*\`"
+        if [ "$rc" -ne 0 ]; then
+            echo
+            echo '```'
+            tail -n 15 "$out/$name.err"
+            echo '```'
+        fi
+        echo
+        tail -n 40 "$out/$name.out"
+        echo
+    } >> "$summary"
+}
+
+part tests 120 python -m pytest -q -rs -p no:cacheprovider tests/test_captured_update.py
+part lunar 210 python benchmarks/throughput.py --device cuda --steps 3000 --repeats 1 --skip sb3
+part car 75 python benchmarks/throughput.py --device cuda --configs car --config-steps 2000 --repeats 1
+part walker2d 75 python benchmarks/throughput.py --device cuda --configs walker2d --config-steps 2000 --repeats 1
+cat "$summary"
