@@ -10,7 +10,7 @@ import sys
 
 
 def main(args: list[str] | None = None) -> None:
-    from td3_lightning.usage import answer_early  # the listing, an unknown subcommand, --help: no torch import
+    from td3_lightning.commands import answer_early  # the listing, an unknown subcommand, --help: no torch import
 
     argv = sys.argv[1:] if args is None else list(args)
     answer_early(argv)  # cli.main calls it again, for callers that start there

@@ -25,7 +25,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from td3_lightning import commands, usage
+from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
 from td3_lightning.callbacks import RLProgressBar, TestReport
 from td3_lightning.captured import check_capture_options
@@ -439,7 +439,7 @@ def main(args: list[str] | None = None) -> None:
     """The command line for ``fit``, ``validate``, ``test`` and ``export`` (``python -m td3_lightning``,
     i.e. :func:`td3_lightning.__main__.main`, adds ``tune``)."""
     ignore_expected_warnings()
-    argv = usage.answer_early(sys.argv[1:] if args is None else list(args))
+    argv = commands.answer_early(sys.argv[1:] if args is None else list(args))
     if argv[0] == "export":  # not a Trainer entry point: its own small parser
         from td3_lightning.export import main as export_main
 

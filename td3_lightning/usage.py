@@ -3,7 +3,7 @@
 LightningCLI's own help lists every Trainer option before the model's (about 900 lines);
 ``--help full`` still prints it. The short help is built from the same parser by
 :func:`build_short_help` and kept as text in :mod:`td3_lightning._usage_text`, so that ``--help``
-prints it without importing torch or Lightning. ``tests/test_help.py`` checks that the text is
+prints it without importing torch or Lightning (:func:`td3_lightning.commands.answer_early`). ``tests/test_help.py`` checks that the text is
 current; ``python -m td3_lightning.usage`` rewrites it.
 """
 
@@ -14,10 +14,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from td3_lightning.commands import (PROG, SUBCOMMANDS, TRAINER_SUBCOMMANDS, listing, no_subcommand,
-                                    unknown_subcommand)
+from td3_lightning.commands import PROG, SUBCOMMANDS, TRAINER_SUBCOMMANDS
 
-FULL = "full"  # `fit --help full`: LightningCLI's help, every option
 LINKED = "linked from"  # the help of options the command line sets from the env (not shown)
 
 #: The Trainer and ModelCheckpoint options a user of this project reaches for, in this project's words
@@ -57,46 +55,6 @@ GROUPS: dict[str, str] = {
     "--progress_bar.": "the progress line (--progress_bar.*)",
     "--learning_curve.": "the learning-curve plot (--learning_curve.*)",
 }
-
-
-def answer_early(argv: list[str]) -> list[str]:
-    """What needs no parser, answered before torch and Lightning are imported: the listing of the
-    subcommands (no argument, ``--help``), an unknown subcommand, and ``<subcommand> --help``. Exits
-    after answering; otherwise returns the arguments to run (``--help full`` as LightningCLI's ``--help``)."""
-    if not argv or argv[0] in ("-h", "--help"):
-        print(listing(), file=sys.stdout if argv else sys.stderr)
-        if not argv:
-            print(f"error: {no_subcommand()}", file=sys.stderr)
-        sys.exit(0 if argv else 2)
-    if not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
-        print(f"error: {unknown_subcommand(argv[0])}", file=sys.stderr)
-        sys.exit(2)
-    if argv[0] not in TRAINER_SUBCOMMANDS:
-        return argv
-    which = requested(argv[1:])
-    if which == "short":
-        print(short_help(argv[0]), end="")
-        sys.exit(0)
-    return [argv[0], *without_full(argv[1:])] if which == "full" else argv
-
-
-def requested(argv: list[str]) -> str | None:
-    """``"short"``, ``"full"`` or None: which help the arguments of a Trainer subcommand ask for."""
-    if not ({"-h", "--help"} & set(argv)):
-        return None
-    return "full" if FULL in argv else "short"
-
-
-def without_full(argv: list[str]) -> list[str]:
-    """``argv`` for LightningCLI's own help: the ``full`` after ``--help`` removed."""
-    return [a for i, a in enumerate(argv) if not (a == FULL and i > 0 and argv[i - 1] in ("-h", "--help"))]
-
-
-def short_help(subcommand: str) -> str:
-    """The stored first screen of ``<subcommand> --help`` (no torch or Lightning import)."""
-    from td3_lightning._usage_text import HELP
-
-    return HELP[subcommand]
 
 
 def _default_text(value: Any) -> str:

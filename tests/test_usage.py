@@ -11,6 +11,7 @@ import pytest
 from td3_lightning import usage as short
 from td3_lightning._usage_text import HELP
 from td3_lightning.cli import main
+from td3_lightning import commands
 from td3_lightning.commands import TRAINER_SUBCOMMANDS
 
 
@@ -70,8 +71,8 @@ def test_help_full_is_lightning_s(capsys):
 
 
 def test_full_is_dropped_only_after_help():
-    assert short.without_full(["--help", "full"]) == ["--help"]
-    assert short.without_full(["--config", "full", "--help"]) == ["--config", "full", "--help"]
-    assert short.requested(["--config", "x.yaml"]) is None
-    assert short.requested(["-h"]) == "short"
-    assert short.requested(["--help", "full"]) == "full"
+    assert commands.without_full(["--help", "full"]) == ["--help"]
+    assert commands.without_full(["--config", "full", "--help"]) == ["--config", "full", "--help"]
+    assert commands.requested(["--config", "x.yaml"]) is None
+    assert commands.requested(["-h"]) == "short"
+    assert commands.requested(["--help", "full"]) == "full"
