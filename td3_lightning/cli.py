@@ -32,8 +32,8 @@ from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
     ModelCheckpoint,
+    check_checkpoint,
     find_run_checkpoint,
-    inspect_checkpoint,
     with_atomic_checkpoint_io,
 )
 from td3_lightning.data import ReplayDataModule
@@ -42,7 +42,11 @@ from td3_lightning.errors import UserInputError, did_you_mean
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve
-from td3_lightning.trainer_options import check_trainer_options
+from td3_lightning.callbacks import check_progress_bar_options
+from td3_lightning.data import check_data_options
+from td3_lightning.hparams import check_model_options
+from td3_lightning.plots import check_learning_curve_options
+from td3_lightning.trainer_options import check_seed, check_trainer_options, lightning_refusal
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -122,6 +126,7 @@ class TD3CLI(LightningCLIHooks):
     """
 
     _ckpt_facts: dict[str, Any] | None = None
+    _seeded = False  # set_seed ran ("Seed set to N" is said when the Trainer is built)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -139,10 +144,14 @@ class TD3CLI(LightningCLIHooks):
 
     # ------------------------------------------------------------- parsing
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse, then check every option that needs no env (:func:`check_options`): before a checkpoint's
+        hyperparameters replace the model's options, before anything is built or written."""
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as err:
             raise UserInputError(one_line_parse_error(str(err), cli_option_names(self, args))) from None
+        subcommand = self.config.get("subcommand")
+        check_options(self.config[subcommand] if subcommand else self.config)
 
     # ------------------------------------------------------------- the checkpoint, before anything is built
     def read_checkpoint_hparams(self, read: Any) -> None:
@@ -158,12 +167,7 @@ class TD3CLI(LightningCLIHooks):
                 which = given or f"best, the default of {subcommand}"
                 rank_zero_info(f"checkpoint: {ckpt} (--ckpt_path {which})")
             if ckpt is not None and not _lightning_resolves(ckpt):
-                if not os.path.isfile(ckpt):
-                    problem = "is a folder, not a file" if os.path.isdir(ckpt) else "not found"
-                    raise UserInputError(
-                        f"checkpoint file {problem}: {ckpt}; pass an existing .ckpt file to --ckpt_path"
-                    )
-                self._ckpt_facts = inspect_checkpoint(ckpt)
+                self._ckpt_facts = check_checkpoint(ckpt)
         # the checkpoint's hyperparameters replace the configured ones, except resets asked for now:
         # resuming a stuck run with --model.reset_steps is what the option is for
         resets = self.config[subcommand]["model"].get("reset_steps") if subcommand else None
@@ -215,19 +219,14 @@ class TD3CLI(LightningCLIHooks):
                 f"({path}); set data.buffer_size {capacity} to resume it"
             )
 
-    def before_instantiate_classes(self) -> None:
-        """The Trainer and checkpoint options counted in training steps, checked before any env is
-        made or anything is written (:func:`check_trainer_options`)."""
-        check_trainer_options(cli_config_value(self, self.config, "trainer", default={}) or {},
-                              cli_config_value(self, self.config, "checkpoint", default={}) or {})
-
     def instantiate_classes(self) -> None:
         """A Trainer or callback argument that Lightning refuses while they are built (nothing is
         written yet) is bad input: one line."""
         try:
             super().instantiate_classes()
         except MisconfigurationException as err:
-            raise UserInputError("Lightning refuses a callback option: " + " ".join(str(err).split())) from None
+            checkpoint = _as_dict(cli_config_value(self, self.config, "checkpoint", default={}) or {})
+            raise lightning_refusal(err, "checkpoint", checkpoint, kind="callback") from None
         except UserInputError:
             self._check_checkpoint_observations()  # a checkpoint of another env: say that, not what follows from it
             raise
@@ -260,6 +259,7 @@ class TD3CLI(LightningCLIHooks):
             seed()
         finally:
             _SEED_LOG.setLevel(level)
+        self._seeded = True
 
     # ------------------------------------------------------------- the trainer
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
@@ -273,9 +273,9 @@ class TD3CLI(LightningCLIHooks):
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments
-            raise UserInputError("Lightning refuses a trainer option: " + " ".join(str(err).split())) from None
+            raise lightning_refusal(err, "trainer", _as_dict(config)) from None
         seed = cli_config_value(self, self.config, "seed_everything")
-        if seed is not False and seed is not None:
+        if self._seeded and seed is not False and seed is not None:
             _SEED_LOG.info(f"Seed set to {seed}")
         return trainer
 
@@ -293,6 +293,26 @@ class TD3CLI(LightningCLIHooks):
         return callbacks
 
 
+#: option group -> the check of its options (their arguments by name), run on the parsed config
+OPTION_CHECKS = {"model": check_model_options, "data": check_data_options,
+                 "progress_bar": check_progress_bar_options, "learning_curve": check_learning_curve_options}
+
+
+def _as_dict(options: Any) -> dict[str, Any]:
+    return options.as_dict() if hasattr(options, "as_dict") else dict(options)
+
+
+def check_options(config: Any) -> None:
+    """Every option of a parsed ``fit``, ``validate`` or ``test`` config (the subcommand's section) that can be
+    checked without an env: the option groups' own checks (:data:`OPTION_CHECKS`), the Trainer and checkpoint
+    options (:func:`check_trainer_options`) and ``seed_everything``; one-line :class:`UserInputError`."""
+    for group, check in OPTION_CHECKS.items():
+        if config.get(group) is not None:
+            check(_as_dict(config[group]))
+    check_trainer_options(_as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {}))
+    check_seed(config.get("seed_everything"))
+
+
 def _lightning_resolves(ckpt: str) -> bool:
     return ckpt in _LIGHTNING_CKPT_NAMES or ckpt.startswith("registry:") or "://" in ckpt
 
@@ -301,6 +321,7 @@ def _clean_type(text: str) -> str:
     text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
     text = re.sub(r"\b(?:typing|collections\.abc)\.", "", text)
     text = re.sub(r"\b(?:[a-z_]\w*\.)+([A-Z]\w*)", r"\1", text)  # lightning.pytorch.loggers.Logger -> Logger
+    text = re.sub(r"\bLiteral\[([^\]]*)\]", r"\1", text)  # Literal['min', 'max'] -> 'min', 'max'
     return text.replace("NoneType", "None")
 
 

@@ -47,7 +47,7 @@ def load_teacher(path: str, module: Any) -> torch.nn.Module:
         where = beside_package if beside_package.is_file() else where
     if not where.is_file():
         raise UserInputError(f"model.teacher: checkpoint file not found: {path}; pass an existing .ckpt file")
-    checkpointing.check_checkpoint(where)
+    checkpointing.check_checkpoint(where, "model.teacher", "model.teacher takes a .ckpt file that td3_lightning wrote")
     hparams = module.hparams
     teacher = type(module).load_from_checkpoint(where, map_location="cpu")
     shape, want = list(teacher.hparams.obs_shape), list(hparams.critic_obs_shape or [])
