@@ -5,7 +5,11 @@ Kept free of Lightning imports: the listing and the unknown-subcommand error nee
 
 from __future__ import annotations
 
-from td3_lightning.errors import did_you_mean
+import argparse
+import re
+from typing import NoReturn
+
+from td3_lightning.errors import UserInputError, did_you_mean
 
 PROG = "python -m td3_lightning"
 
@@ -58,3 +62,46 @@ def unknown_subcommand(name: str) -> str:
 
 def no_subcommand() -> str:
     return f"no subcommand given; start with one of {', '.join(SUBCOMMANDS)}, e.g. {PROG} fit --config pendulum.yaml"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """The argparse parser of a subcommand of its own (``export``, ``tune``): a parse error is raised as one line
+    (:class:`UserInputError`) that names the option and what it takes, instead of the usage and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserInputError(f"{self.one_line(message)}; {self.prog} --help lists the options")
+
+    def one_line(self, message: str) -> str:
+        """argparse's ``message`` said with the option first and what it takes."""
+        option = re.match(r"argument (?:\S+/)?(\S+?): (.*)", message)
+        if option:
+            name, problem = option.groups()
+            choice = re.match(r"invalid choice: (.*) \(choose from (.*)\)", problem)
+            if choice:
+                return f"{name} must be one of {choice.group(2).replace(chr(39), '')}, got {choice.group(1)}"
+            typed = re.match(r"invalid (\w+) value: (.*)", problem)
+            if typed:
+                kind = typed.group(1)
+                return f"{name} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {typed.group(2)}"
+            explicit = re.match(r"ignored explicit argument (.*)", problem)
+            if explicit:
+                return f"{name} takes no value (it is a switch), got {explicit.group(1)}"
+            return f"{name}: {problem} ({self._help(name)})"
+        required = re.match(r"the following arguments are required: (.*)", message)
+        if required:
+            name = required.group(1).split(",")[0].split("/")[-1].strip()
+            return f"{name} is required: {self._help(name)}"
+        unknown = re.match(r"unrecognized arguments: (\S+)", message)
+        if unknown:
+            token = unknown.group(1).split("=", 1)[0]
+            if token.startswith("-"):
+                return f"unknown option {token}{did_you_mean(token, self._options())}"
+            return f"unexpected argument {token!r}: a value follows the option it belongs to, e.g. --out policy.ckpt"
+        return message
+
+    def _options(self) -> list[str]:
+        return [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+
+    def _help(self, name: str) -> str:
+        action = next((a for a in self._actions if name in a.option_strings), None)
+        return (action.help or "") if action is not None else ""
