@@ -38,7 +38,7 @@ from td3_lightning.checkpointing import (
 )
 from td3_lightning.data import ReplayDataModule
 from td3_lightning.envs import make_env
-from td3_lightning.errors import UserInputError, did_you_mean
+from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve
@@ -90,7 +90,7 @@ EXPECTED_WARNINGS = (
 UNASKED_LINES = ("💡 Tip:",)
 
 # the loggers of Lightning's rank_zero_info (the fabric's and the trainer's)
-_RANK_ZERO_LOGS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+RANK_ZERO_LOGS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 
 
 def _said_unasked(record: logging.LogRecord) -> bool:
@@ -102,7 +102,7 @@ def ignore_expected_warnings() -> None:
     does first)."""
     for message in EXPECTED_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
-    for name in _RANK_ZERO_LOGS:
+    for name in RANK_ZERO_LOGS:
         logger = logging.getLogger(name)
         if _said_unasked not in logger.filters:
             logger.addFilter(_said_unasked)
@@ -389,13 +389,8 @@ def check_config_file(path: str) -> str:
             content = yaml.safe_load(stream)
     except UnicodeDecodeError:
         raise UserInputError(f"config file {path} is not a text file; pass a YAML file to --config") from None
-    except yaml.MarkedYAMLError as err:
-        mark, context = err.problem_mark, err.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        around = f" ({err.context} at line {context.line + 1})" if err.context and context else ""
-        raise UserInputError(f"config file {path} is not valid YAML: {err.problem}{where}{around}") from None
     except yaml.YAMLError as err:
-        raise UserInputError(f"config file {path} is not valid YAML: {' '.join(str(err).split())}") from None
+        raise UserInputError(f"config file {path} is not valid YAML: {yaml_problem(err)}") from None
     if content is None:
         raise UserInputError(f"config file {path} is empty (or only comments): write the options in it as YAML, "
                              + _CONFIG_EXAMPLE)

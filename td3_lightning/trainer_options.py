@@ -58,7 +58,7 @@ def check_folder_option(option: str, path: Any) -> None:
     if path is None or "://" in str(path):
         return
     if str(path) == "":
-        raise UserInputError(f"{option} must be a folder, got ''; leave it unset for the current folder")
+        raise UserInputError(f"{option} must be a folder, got ''; leave it unset for its default")
     target = Path(path).expanduser()
     for folder in (target, *target.parents):
         if folder.exists():
