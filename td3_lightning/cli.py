@@ -44,7 +44,8 @@ from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve
 from td3_lightning.callbacks import check_progress_bar_options
 from td3_lightning.data import check_data_options
-from td3_lightning.hparams import check_model_options
+from td3_lightning.extensions.teacher import check_teacher
+from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.plots import check_learning_curve_options
 from td3_lightning.trainer_options import check_seed, check_trainer_options, lightning_refusal
 
@@ -265,6 +266,8 @@ class TD3CLI(LightningCLIHooks):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
         self._check_against_env()  # model and datamodule exist now; nothing is written yet
+        if self.subcommand in ("fit", None) and self.model.hparams.get("teacher"):  # read when fitting starts
+            check_teacher(self.model.hparams.teacher, self.model.hparams)
         config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
@@ -293,8 +296,13 @@ class TD3CLI(LightningCLIHooks):
         return callbacks
 
 
+def _check_model(options: dict[str, Any]) -> None:
+    check_model_options(options)
+    check_model_files(options)
+
+
 #: option group -> the check of its options (their arguments by name), run on the parsed config
-OPTION_CHECKS = {"model": check_model_options, "data": check_data_options,
+OPTION_CHECKS = {"model": _check_model, "data": check_data_options,
                  "progress_bar": check_progress_bar_options, "learning_curve": check_learning_curve_options}
 
 

@@ -99,9 +99,13 @@ class OneLineParser(argparse.ArgumentParser):
             return f"unexpected argument {token!r}: a value follows the option it belongs to, e.g. --out policy.ckpt"
         return message
 
+    def actions(self) -> list[argparse.Action]:
+        """Every option of this parser but ``--help`` (for tests that walk them)."""
+        return [a for a in self._actions if a.option_strings and a.dest != "help"]
+
     def _options(self) -> list[str]:
-        return [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        return [o for action in self.actions() for o in action.option_strings if o.startswith("--")]
 
     def _help(self, name: str) -> str:
-        action = next((a for a in self._actions if name in a.option_strings), None)
+        action = next((a for a in self.actions() if name in a.option_strings), None)
         return (action.help or "") if action is not None else ""

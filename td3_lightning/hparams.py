@@ -7,6 +7,7 @@ from typing import Any
 
 from td3_lightning.errors import UserInputError
 from td3_lightning.extensions import check_extension_options, check_extension_spaces
+from td3_lightning.extensions.teacher import teacher_file
 from td3_lightning.networks import MIN_IMAGE_SIZE
 from td3_lightning.stepping import COMPILE_MODES
 
@@ -41,6 +42,13 @@ def check_model_options(hp: Mapping[str, Any]) -> None:
         if not ok:
             raise UserInputError(message)
     check_extension_options(hp)
+
+
+def check_model_files(hp: Mapping[str, Any]) -> None:
+    """The files that model options name (``model.teacher``): the module reads them only when fitting starts, so that
+    a checkpoint loads without them; the command line checks them with the options."""
+    if hp.get("teacher"):
+        teacher_file(hp["teacher"])
 
 
 def check_hparams(hp: Mapping[str, Any]) -> None:

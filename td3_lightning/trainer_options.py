@@ -94,6 +94,10 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
         raise UserInputError(
             f"trainer.log_every_n_steps must be >= 0 training steps (0: no step logging); got {log_every}"
         )
+    sanity = trainer.get("num_sanity_val_steps")
+    if sanity is not None and sanity < -1:
+        raise UserInputError(f"trainer.num_sanity_val_steps must be >= 0 validation episodes, or -1 for all of them; "
+                             f"got {sanity}")
     min_steps = trainer.get("min_steps")
     if min_steps is not None and min_steps < 0:
         raise UserInputError(f"trainer.min_steps must be >= 0 training steps (or null: none); got {min_steps}")
