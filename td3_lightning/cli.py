@@ -27,7 +27,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
-from td3_lightning.callbacks import RLProgressBar, TestReport
+from td3_lightning.callbacks import RLProgressBar, TestReport, check_progress_bar_options
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
@@ -36,17 +36,14 @@ from td3_lightning.checkpointing import (
     find_run_checkpoint,
     with_atomic_checkpoint_io,
 )
-from td3_lightning.data import ReplayDataModule
+from td3_lightning.data import ReplayDataModule, check_data_options
 from td3_lightning.envs import make_env
 from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
-from td3_lightning.hp_metric import HpMetric
-from td3_lightning.module import TD3
-from td3_lightning.plots import LearningCurve
-from td3_lightning.callbacks import check_progress_bar_options
-from td3_lightning.data import check_data_options
 from td3_lightning.extensions.teacher import check_teacher
+from td3_lightning.hp_metric import HpMetric
 from td3_lightning.hparams import check_model_files, check_model_options
-from td3_lightning.plots import check_learning_curve_options
+from td3_lightning.module import TD3
+from td3_lightning.plots import LearningCurve, check_learning_curve_options
 from td3_lightning.trainer_options import check_seed, check_trainer_options, lightning_refusal
 
 CONFIG_DIR = Path(__file__).parent / "configs"

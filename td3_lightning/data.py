@@ -518,7 +518,8 @@ def check_data_options(options: Mapping[str, Any]) -> None:
         if value is not None and value < least:  # frame_stack null: the env's own
             raise UserInputError(f"data.{name} must be at least {least}, got {value}")
     if options["tensorboard_video_every"] < 0:
-        raise UserInputError(f"data.tensorboard_video_every must be >= 0 (0 = off), got {options['tensorboard_video_every']}")
+        raise UserInputError(
+            f"data.tensorboard_video_every must be >= 0 (0 = off), got {options['tensorboard_video_every']}")
     if not options["utd_ratio"] > 0:  # NaN too
         raise UserInputError(f"data.utd_ratio must be > 0, got {options['utd_ratio']}")
     for name, choices in (("vector_mode", ("async", "sync")), ("sampler", ("uniform", "lap")),

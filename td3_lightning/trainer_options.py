@@ -121,9 +121,10 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
     if accumulate is not None and accumulate != 1:
         raise UserInputError(f"trainer.accumulate_grad_batches must be 1: TD3 steps its optimizers itself "
                              f"(manual optimization); got {accumulate}")
-    if trainer.get("gradient_clip_val") not in (None, 0):
+    clip = trainer.get("gradient_clip_val")
+    if clip not in (None, 0):
         raise UserInputError(f"trainer.gradient_clip_val must be null: TD3 steps its optimizers itself (manual "
-                             f"optimization), so Lightning cannot clip its gradients; got {trainer['gradient_clip_val']}")
+                             f"optimization), so Lightning cannot clip its gradients; got {clip}")
     check_folder_option("trainer.default_root_dir", trainer.get("default_root_dir"))
     every = checkpoint.get("every_n_train_steps")
     if every is not None and every < 0:

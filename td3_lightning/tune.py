@@ -241,7 +241,7 @@ def dry_run(base: list[str]) -> None:
     is opened or anything is written."""
     from td3_lightning.cli import RANK_ZERO_LOGS
 
-    quiet = [logging.getLogger(name) for name in RANK_ZERO_LOGS]  # Lightning's "GPU available" lines: the trials say them
+    quiet = [logging.getLogger(name) for name in RANK_ZERO_LOGS]  # "GPU available" and such: the trials say them
     levels = [log.level for log in quiet]
     for log in quiet:
         log.setLevel(logging.WARNING)

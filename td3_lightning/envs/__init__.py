@@ -65,7 +65,8 @@ def _keywords(env_id: str) -> list[str] | None:
         return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
-    return [p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in params if p.kind in named]
 
 
 def check_spaces(env: gym.Env, env_id: str, vector_obs: bool = True) -> EnvSpec:
