@@ -6,6 +6,7 @@ import builtins
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,13 @@ def time_left(step: int, max_steps: int | None, rate: float) -> str:
     return f", {minutes:.0f} min left" if minutes >= 1 else ", <1 min left"
 
 
+def check_progress_bar_options(options: Mapping[str, Any]) -> None:
+    """One clear line for a :class:`RLProgressBar` option out of range (``options``: its arguments by name)."""
+    for name in ("refresh_seconds", "log_seconds"):
+        if not options[name] >= 0:  # NaN too
+            raise UserInputError(f"progress_bar.{name} must be >= 0 seconds, got {options[name]}")
+
+
 class RLProgressBar(ProgressBar):
     """One status line for the whole run: training steps of ``max_steps``, steps/s, last
     episode return, last evaluation return, time so far and the time left.
@@ -41,9 +49,7 @@ class RLProgressBar(ProgressBar):
 
     def __init__(self, refresh_seconds: float = 0.5, log_seconds: float = 30.0) -> None:
         super().__init__()
-        for name, value in (("refresh_seconds", refresh_seconds), ("log_seconds", log_seconds)):
-            if not value >= 0:
-                raise UserInputError(f"progress_bar.{name} must be >= 0 seconds, got {value}")
+        check_progress_bar_options(locals())
         self.refresh_seconds = refresh_seconds
         self.log_seconds = log_seconds
         self._enabled = True

@@ -243,12 +243,40 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
     }
 
 
-def check_checkpoint(path: str | Path) -> None:
-    """One-line :class:`UserInputError` unless ``path`` is a readable td3_lightning checkpoint
-    of this format version."""
+def is_training_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` is a checkpoint a run can resume from (it holds ``optimizer_states`` or ``loops``), of any
+    Lightning model: read memory-mapped; a file whose objects do not load safely is looked into as a zip archive."""
+    keys = ("optimizer_states", "loops")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except Exception:  # noqa: BLE001 - not loadable as plain data: the pickled key names tell
+        if not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as archive:
+            pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+            return any(k.encode() in archive.read(n) for n in pickles for k in keys)
+    return isinstance(ckpt, dict) and any(k in ckpt for k in keys)
+
+
+#: what ``--ckpt_path`` takes, said after a checkpoint it cannot use
+CKPT_PATH_TAKES = "--ckpt_path takes last, best or a .ckpt file that td3_lightning wrote"
+
+
+def check_checkpoint(path: str | Path, option: str = "--ckpt_path", takes: str = CKPT_PATH_TAKES) -> dict[str, Any]:
+    """:func:`inspect_checkpoint` of the file that ``option`` names; one-line :class:`UserInputError` naming the
+    option unless it is a readable td3_lightning checkpoint of this format version (``takes``: what the option
+    takes, said after the problem)."""
+    if str(path) == "":
+        raise UserInputError(f"{option} must name a checkpoint file, got ''; {takes}")
     if not Path(path).is_file():
-        raise UserInputError(f"checkpoint file not found: {path}; pass an existing .ckpt file to --ckpt_path")
-    inspect_checkpoint(str(path))
+        problem = "is a folder, not a file" if Path(path).is_dir() else "not found"
+        raise UserInputError(f"checkpoint file {problem}: {path}; pass an existing .ckpt file to {option}")
+    try:
+        return inspect_checkpoint(str(path))
+    except UserInputError as err:
+        raise UserInputError(f"{err}; {takes}") from None
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -27,23 +27,25 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
-from td3_lightning.callbacks import RLProgressBar, TestReport
+from td3_lightning.callbacks import RLProgressBar, TestReport, check_progress_bar_options
 from td3_lightning.captured import check_capture_options
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
     ModelCheckpoint,
+    check_checkpoint,
     find_run_checkpoint,
-    inspect_checkpoint,
     with_atomic_checkpoint_io,
 )
-from td3_lightning.data import ReplayDataModule
+from td3_lightning.data import ReplayDataModule, check_data_options
 from td3_lightning.envs import make_env
-from td3_lightning.errors import UserInputError, did_you_mean
+from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
+from td3_lightning.extensions.teacher import check_teacher
 from td3_lightning.hp_metric import HpMetric
+from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
-from td3_lightning.plots import LearningCurve
-from td3_lightning.trainer_options import check_trainer_options
+from td3_lightning.plots import LearningCurve, check_learning_curve_options
+from td3_lightning.trainer_options import check_seed, check_trainer_options, lightning_refusal
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -89,7 +91,7 @@ UNASKED_LINES = ("💡 Tip:", "GPU available: False", "TPU available: False", "H
                  "Restoring states from the checkpoint path at")
 
 # the loggers of Lightning's rank_zero_info (the fabric's and the trainer's)
-_RANK_ZERO_LOGS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+RANK_ZERO_LOGS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 
 
 def _said_unasked(record: logging.LogRecord) -> bool:
@@ -101,7 +103,7 @@ def ignore_expected_warnings() -> None:
     does first)."""
     for message in EXPECTED_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
-    for name in _RANK_ZERO_LOGS:
+    for name in RANK_ZERO_LOGS:
         logger = logging.getLogger(name)
         if _said_unasked not in logger.filters:
             logger.addFilter(_said_unasked)
@@ -125,6 +127,7 @@ class TD3CLI(LightningCLIHooks):
     """
 
     _ckpt_facts: dict[str, Any] | None = None
+    _seeded = False  # set_seed ran ("Seed set to N" is said when the Trainer is built)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -142,10 +145,14 @@ class TD3CLI(LightningCLIHooks):
 
     # ------------------------------------------------------------- parsing
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse, then check every option that needs no env (:func:`check_options`): before a checkpoint's
+        hyperparameters replace the model's options, before anything is built or written."""
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as err:
             raise UserInputError(one_line_parse_error(str(err), cli_option_names(self, args))) from None
+        subcommand = self.config.get("subcommand")
+        check_options(self.config[subcommand] if subcommand else self.config)
 
     # ------------------------------------------------------------- the checkpoint, before anything is built
     def read_checkpoint_hparams(self, read: Any) -> None:
@@ -161,12 +168,7 @@ class TD3CLI(LightningCLIHooks):
                 which = given or f"best, the default of {subcommand}"
                 rank_zero_info(f"checkpoint: {ckpt} (--ckpt_path {which})")
             if ckpt is not None and not _lightning_resolves(ckpt):
-                if not os.path.isfile(ckpt):
-                    problem = "is a folder, not a file" if os.path.isdir(ckpt) else "not found"
-                    raise UserInputError(
-                        f"checkpoint file {problem}: {ckpt}; pass an existing .ckpt file to --ckpt_path"
-                    )
-                self._ckpt_facts = inspect_checkpoint(ckpt)
+                self._ckpt_facts = check_checkpoint(ckpt)
         # the checkpoint's hyperparameters replace the configured ones, except resets asked for now (resuming a
         # stuck run with --model.reset_steps is what the option is for) and how this run computes the update
         resets = self.config[subcommand]["model"].get("reset_steps") if subcommand else None
@@ -222,14 +224,12 @@ class TD3CLI(LightningCLIHooks):
             )
 
     def before_instantiate_classes(self) -> None:
-        """The Trainer and checkpoint options counted in training steps, and what ``model.compile_mode
-        cudagraphs`` needs, checked before any env is made or anything is written (:func:`check_trainer_options`,
-        :func:`check_capture_options`)."""
-        trainer = cli_config_value(self, self.config, "trainer", default={}) or {}
-        check_trainer_options(trainer, cli_config_value(self, self.config, "checkpoint", default={}) or {})
+        """What ``model.compile_mode cudagraphs`` needs (:func:`check_capture_options`), checked for ``fit`` (and
+        tune's trials) before any env is made or anything is written."""
         if self.subcommand in ("fit", None):  # None: tune's trials (run=False)
             check_capture_options(cli_config_value(self, self.config, "model", default={}) or {},
-                                  cli_config_value(self, self.config, "data", default={}) or {}, trainer)
+                                  cli_config_value(self, self.config, "data", default={}) or {},
+                                  cli_config_value(self, self.config, "trainer", default={}) or {})
 
     def instantiate_classes(self) -> None:
         """A Trainer or callback argument that Lightning refuses while they are built (nothing is
@@ -237,7 +237,8 @@ class TD3CLI(LightningCLIHooks):
         try:
             super().instantiate_classes()
         except MisconfigurationException as err:
-            raise UserInputError("Lightning refuses a callback option: " + " ".join(str(err).split())) from None
+            checkpoint = _as_dict(cli_config_value(self, self.config, "checkpoint", default={}) or {})
+            raise lightning_refusal(err, "checkpoint", checkpoint, kind="callback") from None
         except UserInputError:
             self._check_checkpoint_observations()  # a checkpoint of another env: say that, not what follows from it
             raise
@@ -270,11 +271,14 @@ class TD3CLI(LightningCLIHooks):
             seed()
         finally:
             _SEED_LOG.setLevel(level)
+        self._seeded = True
 
     # ------------------------------------------------------------- the trainer
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
         self._check_against_env()  # model and datamodule exist now; nothing is written yet
+        if self.subcommand in ("fit", None) and self.model.hparams.get("teacher"):  # read when fitting starts
+            check_teacher(self.model.hparams.teacher, self.model.hparams)
         config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
@@ -283,9 +287,9 @@ class TD3CLI(LightningCLIHooks):
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments
-            raise UserInputError("Lightning refuses a trainer option: " + " ".join(str(err).split())) from None
+            raise lightning_refusal(err, "trainer", _as_dict(config)) from None
         seed = cli_config_value(self, self.config, "seed_everything")
-        if seed is not False and seed is not None:
+        if self._seeded and seed is not False and seed is not None:
             _SEED_LOG.info(f"Seed set to {seed}")
         return trainer
 
@@ -303,6 +307,31 @@ class TD3CLI(LightningCLIHooks):
         return callbacks
 
 
+def _check_model(options: dict[str, Any]) -> None:
+    check_model_options(options)
+    check_model_files(options)
+
+
+#: option group -> the check of its options (their arguments by name), run on the parsed config
+OPTION_CHECKS = {"model": _check_model, "data": check_data_options,
+                 "progress_bar": check_progress_bar_options, "learning_curve": check_learning_curve_options}
+
+
+def _as_dict(options: Any) -> dict[str, Any]:
+    return options.as_dict() if hasattr(options, "as_dict") else dict(options)
+
+
+def check_options(config: Any) -> None:
+    """Every option of a parsed ``fit``, ``validate`` or ``test`` config (the subcommand's section) that can be
+    checked without an env: the option groups' own checks (:data:`OPTION_CHECKS`), the Trainer and checkpoint
+    options (:func:`check_trainer_options`) and ``seed_everything``; one-line :class:`UserInputError`."""
+    for group, check in OPTION_CHECKS.items():
+        if config.get(group) is not None:
+            check(_as_dict(config[group]))
+    check_trainer_options(_as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {}))
+    check_seed(config.get("seed_everything"))
+
+
 def _lightning_resolves(ckpt: str) -> bool:
     return ckpt in _LIGHTNING_CKPT_NAMES or ckpt.startswith("registry:") or "://" in ckpt
 
@@ -311,6 +340,7 @@ def _clean_type(text: str) -> str:
     text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
     text = re.sub(r"\b(?:typing|collections\.abc)\.", "", text)
     text = re.sub(r"\b(?:[a-z_]\w*\.)+([A-Z]\w*)", r"\1", text)  # lightning.pytorch.loggers.Logger -> Logger
+    text = re.sub(r"\bLiteral\[([^\]]*)\]", r"\1", text)  # Literal['min', 'max'] -> 'min', 'max'
     return text.replace("NoneType", "None")
 
 
@@ -378,13 +408,8 @@ def check_config_file(path: str) -> str:
             content = yaml.safe_load(stream)
     except UnicodeDecodeError:
         raise UserInputError(f"config file {path} is not a text file; pass a YAML file to --config") from None
-    except yaml.MarkedYAMLError as err:
-        mark, context = err.problem_mark, err.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        around = f" ({err.context} at line {context.line + 1})" if err.context and context else ""
-        raise UserInputError(f"config file {path} is not valid YAML: {err.problem}{where}{around}") from None
     except yaml.YAMLError as err:
-        raise UserInputError(f"config file {path} is not valid YAML: {' '.join(str(err).split())}") from None
+        raise UserInputError(f"config file {path} is not valid YAML: {yaml_problem(err)}") from None
     if content is None:
         raise UserInputError(f"config file {path} is empty (or only comments): write the options in it as YAML, "
                              + _CONFIG_EXAMPLE)

@@ -10,7 +10,7 @@ import math
 import sys
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -168,37 +168,7 @@ class ReplayDataModule(L.LightningDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        if num_workers != 0:
-            raise UserInputError(
-                f"data.num_workers must be 0, got {num_workers}: worker processes would each copy the replay "
-                "buffer; batches are sampled in the main process"
-            )
-        for name, value, least in [
-            ("batch_size", batch_size, 1), ("buffer_size", buffer_size, 1), ("warmup_steps", warmup_steps, 1),
-            ("eval_episodes", eval_episodes, 1), ("test_episodes", test_episodes, 1), ("num_envs", num_envs, 1),
-            ("steps_per_batch", steps_per_batch, 1), ("n_step", n_step, 1), ("eval_seed", eval_seed, 0),
-            ("test_seed", test_seed, 0), ("record_test", record_test, 0), ("record_val", record_val, 0),
-            ("frame_stack", 1 if frame_stack is None else frame_stack, 1),
-        ]:
-            if value < least:
-                raise UserInputError(f"data.{name} must be at least {least}, got {value}")
-        if tensorboard_video_every < 0:
-            raise UserInputError(f"data.tensorboard_video_every must be >= 0 (0 = off), got {tensorboard_video_every}")
-        if not utd_ratio > 0:
-            raise UserInputError(f"data.utd_ratio must be > 0, got {utd_ratio}")
-        if vector_mode not in ("async", "sync"):
-            raise UserInputError(f"data.vector_mode must be async or sync, got {vector_mode!r}")
-        if sampler not in ("uniform", "lap"):
-            raise UserInputError(f"data.sampler must be uniform or lap, got {sampler!r}")
-        if not priority_alpha >= 0:  # NaN too
-            raise UserInputError(f"data.priority_alpha must be >= 0, got {priority_alpha}")
-        if video_format not in ("mp4", "gif"):
-            raise UserInputError(f"data.video_format must be mp4 or gif, got {video_format!r}")
-        if buffer_device != "auto" and not _is_device(buffer_device):
-            raise UserInputError(f"data.buffer_device must be auto or a torch device such as cpu or cuda:0, "
-                                 f"got {buffer_device!r}")
-        if warmup_steps > buffer_size:
-            raise UserInputError(f"data.warmup_steps ({warmup_steps}) must not exceed data.buffer_size ({buffer_size})")
+        check_data_options(locals())
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self.train_env_kwargs = {**self.env_kwargs, **(train_env_kwargs or {})}
@@ -236,7 +206,7 @@ class ReplayDataModule(L.LightningDataModule):
                 "leave it unset (the env's own frame_stack) or set 1 to store whole observations"
             )
         if self.train_env_kwargs != self.env_kwargs:
-            make_env(env_id, self.train_env_kwargs).close()
+            make_env(env_id, self.train_env_kwargs, option="data.train_env_kwargs").close()
 
         self.train_env: gym.vector.VectorEnv | SingleEnv | None = None
         self.eval_env: gym.Env | None = None
@@ -531,6 +501,39 @@ class ReplayDataModule(L.LightningDataModule):
             self._sample_gen.set_state(state["sample_rng"])
         device = self.buffer.device
         self._pending = deque({k: v.to(device) for k, v in b.items()} for b in state.get("in_flight", []))
+
+
+def check_data_options(options: Mapping[str, Any]) -> None:
+    """Raise :class:`UserInputError` naming the first :class:`ReplayDataModule` option out of its range (``options``:
+    its arguments by name). Needs no env: the command line runs it as soon as the options are parsed."""
+    if options["num_workers"] != 0:
+        raise UserInputError(
+            f"data.num_workers must be 0, got {options['num_workers']}: worker processes would each copy the replay "
+            "buffer; batches are sampled in the main process"
+        )
+    for name, least in [("batch_size", 1), ("buffer_size", 1), ("warmup_steps", 1), ("eval_episodes", 1),
+                        ("test_episodes", 1), ("num_envs", 1), ("steps_per_batch", 1), ("n_step", 1),
+                        ("eval_seed", 0), ("test_seed", 0), ("record_test", 0), ("record_val", 0), ("frame_stack", 1)]:
+        value = options[name]
+        if value is not None and value < least:  # frame_stack null: the env's own
+            raise UserInputError(f"data.{name} must be at least {least}, got {value}")
+    if options["tensorboard_video_every"] < 0:
+        raise UserInputError(
+            f"data.tensorboard_video_every must be >= 0 (0 = off), got {options['tensorboard_video_every']}")
+    if not options["utd_ratio"] > 0:  # NaN too
+        raise UserInputError(f"data.utd_ratio must be > 0, got {options['utd_ratio']}")
+    for name, choices in (("vector_mode", ("async", "sync")), ("sampler", ("uniform", "lap")),
+                          ("video_format", ("mp4", "gif"))):
+        if options[name] not in choices:
+            raise UserInputError(f"data.{name} must be {' or '.join(choices)}, got {options[name]!r}")
+    if not options["priority_alpha"] >= 0:  # NaN too
+        raise UserInputError(f"data.priority_alpha must be >= 0, got {options['priority_alpha']}")
+    if options["buffer_device"] != "auto" and not _is_device(options["buffer_device"]):
+        raise UserInputError(f"data.buffer_device must be auto or a torch device such as cpu or cuda:0, "
+                             f"got {options['buffer_device']!r}")
+    if options["warmup_steps"] > options["buffer_size"]:
+        raise UserInputError(f"data.warmup_steps ({options['warmup_steps']}) must not exceed data.buffer_size "
+                             f"({options['buffer_size']})")
 
 
 def _is_device(name: str) -> bool:

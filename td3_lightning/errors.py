@@ -1,8 +1,9 @@
-"""The one exception type for bad user input, and the "did you mean" hint of its messages."""
+"""The one exception type for bad user input, and the hints of its messages ("did you mean", where YAML broke)."""
 
 from __future__ import annotations
 
 import difflib
+from typing import Any
 
 
 class UserInputError(Exception):
@@ -26,3 +27,15 @@ def did_you_mean(name: str, choices: list[str], cutoff: float = 0.7) -> str:
     siblings = {c.rpartition(".")[2]: c for c in choices if c.rpartition(".")[0] == group}
     close = difflib.get_close_matches(last, list(siblings), n=1, cutoff=cutoff)
     return f" (did you mean {siblings[close[0]]}?)" if close else ""
+
+
+def yaml_problem(err: Any) -> str:
+    """What a ``yaml.YAMLError`` found and where (line and column), without PyYAML's ``"<unicode string>"``."""
+    mark, context = getattr(err, "problem_mark", None), getattr(err, "context_mark", None)
+    problem = getattr(err, "problem", None)
+    if problem is None:
+        return " ".join(str(err).split())
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    context_text = getattr(err, "context", None)
+    around = f" ({context_text} at line {context.line + 1})" if context_text and context else ""
+    return f"{problem}{where}{around}"

@@ -7,8 +7,9 @@
 
 (``python -m td3_lightning.export ...`` is the same command.) ``--ckpt_path`` defaults to ``best``: the
 newest best checkpoint by ``val/return`` under ``./lightning_logs/*/checkpoints/``; ``last`` is the newest
-``last.ckpt`` there; anything else is a checkpoint file. An existing ``--out`` is replaced only with
-``--overwrite``, and never when it is the checkpoint being exported.
+``last.ckpt`` there; anything else is a checkpoint file. ``--out`` is a file in an existing folder; an existing
+one is replaced only with ``--overwrite``, and never when it is the checkpoint being exported or any other
+resumable training checkpoint.
 
 ``slim`` keeps only what ``test``, ``validate`` and ``TD3.load_from_checkpoint`` need
 (network weights, hyperparameters, the td3_lightning section): no optimizer state, no
@@ -30,8 +31,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from td3_lightning.checkpointing import SLIM_KEYS, atomic_path, check_checkpoint, find_run_checkpoint, slim_checkpoint
-from td3_lightning.commands import PROG
+from td3_lightning.checkpointing import (
+    SLIM_KEYS, atomic_path, check_checkpoint, find_run_checkpoint, is_training_checkpoint, slim_checkpoint)
+from td3_lightning.commands import PROG, OneLineParser
 from td3_lightning.errors import UserInputError
 
 __all__ = ["SLIM_KEYS", "slim_checkpoint", "export_torchscript", "export_onnx", "check_out", "main"]
@@ -75,36 +77,58 @@ EXPORTERS = {"slim": slim_checkpoint, "torchscript": export_torchscript, "onnx":
 
 
 def check_out(src: str | Path, out: str | Path, overwrite: bool = False) -> None:
-    """One-line :class:`UserInputError` unless ``out`` may be written: never the checkpoint ``src``
-    itself, never a folder, and an existing file only with ``overwrite``."""
+    """One-line :class:`UserInputError` unless ``out`` may be written: a file in an existing folder; never the
+    checkpoint ``src`` itself, never a resumable training checkpoint, and another existing file only with
+    ``overwrite``."""
+    if str(out) == "":
+        raise UserInputError("--out must be the file to write, e.g. --out policy.ckpt; got ''")
     target = Path(out).expanduser()
     if target.is_dir():
         raise UserInputError(f"--out {out} is a folder; give the file to write, e.g. --out {target / 'policy.ckpt'}")
+    folder = target.parent
+    if not folder.is_dir():
+        problem = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise UserInputError(f"--out {out}: the folder {folder} {problem}; --out must be a file in an existing "
+                             "folder (create the folder first)")
     if not (target.exists() or target.is_symlink()):
         return
     if target.exists() and Path(src).exists() and os.path.samefile(src, target):
         raise UserInputError(f"--out {out} is the checkpoint being exported (--ckpt_path {src}); "
                              "write the export to another file")
+    if target.is_file() and is_training_checkpoint(target):
+        raise UserInputError(f"--out {out} is a resumable training checkpoint (it holds optimizer and loop state), "
+                             "which export never replaces, even with --overwrite; choose another --out, or delete "
+                             "that file by hand if you no longer need it")
     if not overwrite:
         raise UserInputError(f"--out {out} exists; pass --overwrite to replace it, or choose another --out")
 
 
-def main(args: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=f"{PROG} export", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ckpt_path", default="best",
+def _parser() -> OneLineParser:
+    parser = OneLineParser(prog=f"{PROG} export", description=__doc__, allow_abbrev=False,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ckpt_path", default="best", metavar="CKPT",
                         help="the checkpoint to export from: best (default) or last, the newest run's under "
-                        "./lightning_logs, or a checkpoint file")
-    parser.add_argument("--out", required=True, help="the file to write; an existing one only with --overwrite")
+                        "./lightning_logs, or a .ckpt file that td3_lightning wrote")
+    parser.add_argument("--out", required=True, metavar="OUT",
+                        help="the file to write, in an existing folder; an existing one only with --overwrite, "
+                        "never a resumable training checkpoint")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace --out if it exists (never the checkpoint being exported)")
-    parser.add_argument("--format", choices=list(EXPORTERS), default="slim", help="what to write (default: slim)")
-    ns = parser.parse_args(args)
+                        help="replace --out if it exists (never the checkpoint being exported, never a training "
+                        "checkpoint)")
+    parser.add_argument("--format", choices=list(EXPORTERS), default="slim",
+                        help="what to write: slim, torchscript or onnx (default: slim)")
+    return parser
+
+
+def main(args: list[str] | None = None) -> None:
+    """``python -m td3_lightning export``: bad input is one ``error:`` line, exit status 2, nothing written."""
     try:
+        ns = _parser().parse_args(args)
         ckpt = ns.ckpt_path
         if ckpt in ("best", "last"):
             ckpt = find_run_checkpoint({}, ckpt)
             print(f"checkpoint: {ckpt} (--ckpt_path {ns.ckpt_path})")
+        check_checkpoint(ckpt)
         check_out(ckpt, ns.out, ns.overwrite)
         out = EXPORTERS[ns.format](ckpt, ns.out)
     except UserInputError as err:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,24 @@ from td3_lightning.checkpointing import atomic_path
 from td3_lightning.errors import UserInputError
 
 
+#: the formats of the plot, by file name ending
+PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg")
+
+
+def check_learning_curve_options(options: Mapping[str, Any]) -> None:
+    """One clear line for a :class:`LearningCurve` option out of range (``options``: its arguments by name)."""
+    name = options["filename"]
+    if name and (Path(name).name != name or name in (".", "..")):
+        raise UserInputError(f"learning_curve.filename must be a file name inside the run folder, without a folder, "
+                             f"e.g. learning_curve.png; got {name!r}")
+    if name and Path(name).suffix.lower() not in PLOT_FORMATS:
+        raise UserInputError(f"learning_curve.filename must end in {', '.join(PLOT_FORMATS)}, got {name!r} "
+                             "(empty: no plot)")
+    if options["smooth"] < 1:
+        raise UserInputError(f"learning_curve.smooth must be at least 1 episode (1: no moving average), "
+                             f"got {options['smooth']}")
+
+
 class LearningCurve(L.Callback):
     """Records every training episode's return and every evaluation's mean return, and at
     the end of ``fit`` draws both against training steps into ``<run folder>/learning_curve.png``.
@@ -18,13 +37,12 @@ class LearningCurve(L.Callback):
     The points are kept in checkpoints, so the curve of a resumed run covers the whole run.
 
     Args:
-        filename: file name of the plot inside the run folder (empty: no plot).
+        filename: file name of the plot inside the run folder, ending in .png, .svg, .pdf or .jpg (empty: no plot).
         smooth: window (in episodes) of the moving average drawn over the training returns (>= 1; 1 = none).
     """
 
     def __init__(self, filename: str = "learning_curve.png", smooth: int = 20) -> None:
-        if smooth < 1:
-            raise UserInputError(f"learning_curve.smooth must be at least 1 episode (1: no moving average), got {smooth}")
+        check_learning_curve_options(locals())
         self.filename = filename
         self.smooth = smooth
         self.train: list[tuple[int, float]] = []

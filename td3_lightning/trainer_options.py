@@ -1,20 +1,30 @@
-"""The checks of the Trainer and checkpoint options that this project counts in training steps.
+"""The checks of the Trainer and checkpoint options that Lightning checks late or not at all.
 
 Lightning checks some of them only once a run has started (``val_check_interval 0`` divides by
-zero after the first step), some with a traceback (``max_steps -5``) and some not at all
+zero after the first step, ``checkpoint.monitor`` of a metric nobody logs fails at the first
+validation, ``checkpoint.dirpath`` naming a file fails at the first checkpoint), some with a
+traceback (``max_steps -5``, ``devices abc``, ``seed_everything -1``) and some not at all
 (``max_steps 0`` makes an empty run folder): the command line calls :func:`check_trainer_options`
-on the parsed config, before any env is made or anything is written.
+on the parsed config, before any env is made or anything is written. What Lightning itself refuses
+while the Trainer is built (nothing is written yet) is said in one line by :func:`lightning_refusal`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from td3_lightning.errors import UserInputError
+from td3_lightning.metrics import VALIDATION_METRICS
 
-#: how a time is written for ``trainer.val_check_interval`` (Lightning's format)
+#: how a time is written for ``trainer.val_check_interval`` and ``trainer.max_time`` (Lightning's format)
 TIME_FORMAT = '"DD:HH:MM:SS", e.g. "00:01:00:00"'
+#: the seeds numpy (and so ``seed_everything``) takes
+SEED_RANGE = (0, 2**32 - 1)
+_DEVICES = ('trainer.devices must be a number of devices >= 1, -1 (all of them), auto, or device indices such as '
+            '[0, 1] or "0,1"')
 
 
 def _is_int(value: Any) -> bool:
@@ -27,8 +37,47 @@ def _is_time(text: str) -> bool:
     return len(parts) == 4 and all(p.isdigit() for p in parts) and any(int(p) for p in parts)
 
 
+def _devices_ok(devices: Any) -> bool:
+    if devices is None or devices == "auto":
+        return True
+    if _is_int(devices):
+        return devices >= 1 or devices == -1
+    if isinstance(devices, (list, tuple)):
+        return bool(devices) and all(_is_int(d) and d >= 0 for d in devices)
+    if isinstance(devices, str):
+        text = devices.strip()
+        if re.fullmatch(r"-?\d+", text):
+            return int(text) >= 1 or int(text) == -1
+        return re.fullmatch(r"\d+(\s*,\s*\d+)*\s*,?", text) is not None  # device indices
+    return False
+
+
+def check_folder_option(option: str, path: Any) -> None:
+    """One-line :class:`UserInputError` unless ``path`` can be a folder to write into: an existing folder, or a
+    path that can be created (no file on the way). Remote URLs (``s3://``) are left to Lightning."""
+    if path is None or "://" in str(path):
+        return
+    if str(path) == "":
+        raise UserInputError(f"{option} must be a folder, got ''; leave it unset for its default")
+    target = Path(path).expanduser()
+    for folder in (target, *target.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "is a file" if folder == target else f"lies inside {folder}, which is a file"
+                raise UserInputError(f"{option} {path} {where}; it must be a folder (an existing one or one to create)")
+            return
+
+
+def check_seed(seed: Any) -> None:
+    """``seed_everything``: true (a random seed), false / null (none), or a seed numpy takes."""
+    if _is_int(seed) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise UserInputError(f"seed_everything must be an int in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], true (a random "
+                             f"seed) or false; got {seed}")
+
+
 def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None) -> None:
     """Raise :class:`UserInputError` naming the first Trainer or checkpoint option out of range."""
+    checkpoint = checkpoint or {}
     max_steps = trainer.get("max_steps")
     if max_steps is not None and (not _is_int(max_steps) or (max_steps < 1 and max_steps != -1)):
         raise UserInputError(f"trainer.max_steps must be at least 1 training step, or -1 for no limit; got {max_steps}")
@@ -45,21 +94,61 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
         raise UserInputError(
             f"trainer.log_every_n_steps must be >= 0 training steps (0: no step logging); got {log_every}"
         )
+    sanity = trainer.get("num_sanity_val_steps")
+    if sanity is not None and sanity < -1:
+        raise UserInputError(f"trainer.num_sanity_val_steps must be >= 0 validation episodes, or -1 for all of them; "
+                             f"got {sanity}")
+    min_steps = trainer.get("min_steps")
+    if min_steps is not None and min_steps < 0:
+        raise UserInputError(f"trainer.min_steps must be >= 0 training steps (or null: none); got {min_steps}")
+    endless = "the replay stream is one endless epoch: trainer.max_steps and trainer.val_check_interval count the steps"
+    max_epochs = trainer.get("max_epochs")
+    if max_epochs is not None and max_epochs < 1 and max_epochs != -1:
+        raise UserInputError(f"trainer.max_epochs must be >= 1, -1 or null ({endless}); got {max_epochs}")
     every_epochs = trainer.get("check_val_every_n_epoch")
     if every_epochs is not None and every_epochs < 1:
         raise UserInputError(
             f"trainer.check_val_every_n_epoch must be >= 1 or null (the replay stream is one endless epoch: "
             f"trainer.val_check_interval counts the steps); got {every_epochs}"
         )
+    max_time = trainer.get("max_time")
+    if isinstance(max_time, str) and not _is_time(max_time):
+        raise UserInputError(f"trainer.max_time must be a duration above zero, {TIME_FORMAT}, or a mapping such as "
+                             f"{{hours: 12}}; got {max_time!r}")
+    if not _devices_ok(trainer.get("devices")):
+        raise UserInputError(f"{_DEVICES}; got {trainer.get('devices')!r}")
     accumulate = trainer.get("accumulate_grad_batches")
     if accumulate is not None and accumulate != 1:
         raise UserInputError(f"trainer.accumulate_grad_batches must be 1: TD3 steps its optimizers itself "
                              f"(manual optimization); got {accumulate}")
-    every = (checkpoint or {}).get("every_n_train_steps")
+    clip = trainer.get("gradient_clip_val")
+    if clip not in (None, 0):
+        raise UserInputError(f"trainer.gradient_clip_val must be null: TD3 steps its optimizers itself (manual "
+                             f"optimization), so Lightning cannot clip its gradients; got {clip}")
+    check_folder_option("trainer.default_root_dir", trainer.get("default_root_dir"))
+    every = checkpoint.get("every_n_train_steps")
     if every is not None and every < 0:
         raise UserInputError(
             f"checkpoint.every_n_train_steps must be >= 0 training steps (0 or null: off); got {every}"
         )
+    monitor = checkpoint.get("monitor")
+    if monitor is not None and monitor not in VALIDATION_METRICS:
+        raise UserInputError(f"checkpoint.monitor must be one of {', '.join(VALIDATION_METRICS)} (what every "
+                             f"validation logs) or null (no best checkpoint); got {monitor!r}")
+    check_folder_option("checkpoint.dirpath", checkpoint.get("dirpath"))
+
+
+def lightning_refusal(err: Exception, group: str, options: Mapping[str, Any], kind: str = "") -> UserInputError:
+    """Lightning's refusal of a ``group`` option (``trainer``, ``checkpoint``) as one line that names the option:
+    the one Lightning's message shows as ``name=...``, else the longest option name it mentions (none: "a
+    ``kind`` option")."""
+    text = " ".join(str(err).split())
+    named = [k for k in options if re.search(rf"(?<![\w.]){re.escape(k)}=", text)]
+    if not named and "Timer(duration=" in text:
+        named = ["max_time"]
+    named = named or sorted((k for k in options if re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", text)), key=len)[-1:]
+    what = f"{group}.{named[0]} {options[named[0]]!r}" if named else f"a {kind or group} option"
+    return UserInputError(f"Lightning refuses {what}: {text}")
 
 
 def validation_steps(trainer: Mapping[str, Any]) -> int | None:

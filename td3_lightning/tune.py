@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
+import os
 import re
 import sys
 import time
@@ -38,8 +40,9 @@ import lightning as L
 import yaml
 
 from td3_lightning._lightning import cli_option_names
-from td3_lightning.commands import PROG
-from td3_lightning.errors import UserInputError, did_you_mean
+from td3_lightning.commands import PROG, OneLineParser
+from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
+from td3_lightning.trainer_options import SEED_RANGE, check_folder_option
 
 if TYPE_CHECKING:
     import optuna
@@ -108,11 +111,16 @@ def load_space(path: str | None) -> dict[str, dict[str, Any]]:
     else:
         file = Path(path)
         if not file.is_file():
-            raise UserInputError(f"space file not found: {path}; pass a YAML or JSON file to --space")
+            problem = "is a folder, not a file" if file.is_dir() else "not found"
+            raise UserInputError(f"space file {problem}: {path}; pass a YAML or JSON file of the search space to "
+                                 "--space")
         try:
-            space = yaml.load(file.read_text(), Loader=_SpaceLoader)  # noqa: S506 - a SafeLoader
+            space = yaml.load(file.read_text(encoding="utf-8"), Loader=_SpaceLoader)  # noqa: S506 - a SafeLoader
+        except UnicodeDecodeError:
+            raise UserInputError(f"space file {path} is not a text file; pass a YAML or JSON file of the search "
+                                 "space to --space") from None
         except yaml.YAMLError as err:
-            raise UserInputError(f"space file {path} is not valid YAML or JSON ({' '.join(str(err).split())})") from None
+            raise UserInputError(f"space file {path} is not valid YAML or JSON: {yaml_problem(err)}") from None
         if not isinstance(space, dict) or not space:
             raise UserInputError(
                 f"space file {path}: expected a mapping of fit option to distribution, e.g. "
@@ -179,15 +187,21 @@ def as_args(params: dict[str, Any]) -> list[str]:
     return [f"--{name}={value if isinstance(value, str) else json.dumps(value)}" for name, value in params.items()]
 
 
-def _bounds(entry: dict[str, Any]) -> list[Any]:
+def _bounds(entry: dict[str, Any]) -> list[tuple[str, Any]]:
+    """What the trials of ``entry`` can draw at its edges, as the values they would be: (``low``, value),
+    (``high``, value), or (``choice``, value) for every choice."""
     if entry["type"] == "categorical":
-        return [_choice_value(c) for c in entry["choices"]]
-    return [entry["low"], entry["high"]]
+        return [("choice", _choice_value(c)) for c in entry["choices"]]
+    number = float if entry["type"] == "float" else int
+    return [("low", number(entry["low"])), ("high", number(entry["high"]))]
 
 
 # ----------------------------------------------------------------------------- the command line machinery
-def _build_cli(args: list[str], callbacks: list[L.Callback] | None = None, instantiate: bool = True) -> Any:
-    """A :class:`TD3CLI` for ``args`` (fit options, no subcommand), built as ``main`` builds it."""
+def _build_cli(args: list[str], callbacks: list[L.Callback] | None = None, instantiate: bool = True,
+               seed: bool = True) -> Any:
+    """A :class:`TD3CLI` for ``args`` (fit options, no subcommand), built as ``main`` builds it; with
+    ``instantiate`` False the options are parsed and checked only, with ``seed`` False the global random state
+    is left as it is."""
     from td3_lightning.cli import TD3CLI, cli_kwargs, ignore_expected_warnings
     from td3_lightning.data import ReplayDataModule
     from td3_lightning.module import TD3
@@ -196,7 +210,7 @@ def _build_cli(args: list[str], callbacks: list[L.Callback] | None = None, insta
     kwargs = cli_kwargs()
     if callbacks:
         kwargs["trainer_defaults"]["callbacks"] = list(callbacks)
-    cli_class = TD3CLI if instantiate else _parse_only_class()
+    cli_class = TD3CLI if instantiate and seed else _cli_class(instantiate)
     try:
         return cli_class(TD3, ReplayDataModule, args=args, run=False, **kwargs)
     except argparse.ArgumentError as err:
@@ -205,19 +219,37 @@ def _build_cli(args: list[str], callbacks: list[L.Callback] | None = None, insta
         raise UserInputError(one_line_parse_error(str(err))) from None
 
 
-def _parse_only_class() -> type:
+def _cli_class(instantiate: bool) -> type:
+    """:class:`TD3CLI` that leaves the seed as configured (true: a seed per trial, drawn when it runs) and, unless
+    ``instantiate``, builds no env, model or trainer."""
     from td3_lightning.cli import TD3CLI
 
-    class ParseOnly(TD3CLI):
-        """Parses and checks the arguments; builds no env, model or trainer."""
-
+    class Unseeded(TD3CLI):
         def instantiate_classes(self) -> None:
-            pass
+            if instantiate:
+                super().instantiate_classes()
 
         def set_seed(self, seed: Any) -> None:
-            pass  # seed_everything stays as configured (true: a seed per trial, drawn when it runs)
+            pass
 
-    return ParseOnly
+    return Unseeded
+
+
+def dry_run(base: list[str]) -> None:
+    """Build what a trial builds from ``base`` (env, model, callbacks, Trainer) and run nothing: what fit refuses
+    only while building (an env's keyword arguments, a Trainer argument Lightning refuses) is said before the study
+    is opened or anything is written."""
+    from td3_lightning.cli import RANK_ZERO_LOGS
+
+    quiet = [logging.getLogger(name) for name in RANK_ZERO_LOGS]  # "GPU available" and such: the trials say them
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.WARNING)
+    try:
+        _build_cli(base, seed=False)
+    finally:
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
 
 
 def _fit_options(cli: Any) -> list[str]:
@@ -225,7 +257,10 @@ def _fit_options(cli: Any) -> list[str]:
 
 
 def check_space(cli: Any, base: list[str], space: dict[str, dict[str, Any]]) -> None:
-    """Every name of ``space`` a fit option, every bound and choice a value the fit parser takes."""
+    """Every name of ``space`` a fit option, every bound and choice a value of its type and inside its range (the
+    checks fit runs on its options, :func:`td3_lightning.cli.check_options`): before any trial runs."""
+    from td3_lightning.cli import check_options, one_line_parse_error
+
     options = _fit_options(cli)
     for name, entry in space.items():
         if name not in options:
@@ -233,14 +268,18 @@ def check_space(cli: Any, base: list[str], space: dict[str, dict[str, Any]]) -> 
                 f"space entry {name}: no fit option of that name{did_you_mean(name, options)}; "
                 "the names are fit options as --help lists them without the dashes, e.g. model.actor_lr"
             )
-        for value in _bounds(entry):
+        for which, value in _bounds(entry):
             try:
-                cli.parser.parse_args([*base, *as_args({name: value})])
+                config = cli.parser.parse_args([*base, *as_args({name: value})])
             except argparse.ArgumentError as err:
-                from td3_lightning.cli import one_line_parse_error
-
-                raise UserInputError(f"space entry {name}: {value!r} is not a valid value "
-                                     f"({one_line_parse_error(str(err))})") from None
+                refused = one_line_parse_error(str(err))
+                hint = "; use type: int" if entry["type"] == "float" and "expected an int" in refused else ""
+                raise UserInputError(f"space entry {name}: {value!r} is not a valid value ({refused}){hint}") from None
+            try:
+                check_options(config)
+            except UserInputError as err:
+                raise UserInputError(f"space entry {name}: {which} {value!r} is out of the option's range: {err}; "
+                                     "keep the space inside it") from None
 
 
 #: fit options that change what a run shows or where it writes, not its val/return
@@ -410,6 +449,9 @@ def _best_number(study: optuna.Study) -> int | None:
     return max(complete, key=lambda t: (t.value, -t.number)).number if complete else None
 
 
+_BEST_HEADER = "# the best trial of the study "  # the first line of a --best_config that tune wrote
+
+
 def write_best_config(study: optuna.Study, base: list[str], path: Path, storage_url: str) -> int | None:
     """The best trial's full fit configuration, written atomically to ``path``; its number (None: no
     trial completed, nothing written)."""
@@ -421,9 +463,9 @@ def write_best_config(study: optuna.Study, base: list[str], path: Path, storage_
     trial = next(t for t in study.get_trials(deepcopy=False) if t.number == best)
     seed = trial.user_attrs.get("seed_everything")
     seed_args = as_args({"seed_everything": seed}) if seed is not None else []
-    cli = _build_cli([*base, *as_args(trial.params), *seed_args], instantiate=False)
+    cli = _build_cli([*base, *as_args(trial.params), *seed_args], instantiate=False, seed=False)
     text = cli.parser.dump(cli.config, skip_none=False)
-    header = (f"# the best trial of the study {study.study_name} ({storage_url}): trial {best}, {METRIC} "
+    header = (f"{_BEST_HEADER}{study.study_name} ({storage_url}): trial {best}, {METRIC} "
               f"{trial.value:.2f}\n#   {PROG} fit --config {path.name}\n")
     with atomic_path(path) as tmp:
         tmp.write_text(header + text)
@@ -431,14 +473,9 @@ def write_best_config(study: optuna.Study, base: list[str], path: Path, storage_
 
 
 # ----------------------------------------------------------------------------- main
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, raised (argparse prints the usage and exits)
-        raise UserInputError(f"{message}; {TUNE} --help lists the options")
-
-
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> OneLineParser:
     space = "\n".join(f"  {name}: {json.dumps(entry)}" for name, entry in DEFAULT_SPACE.items())
-    parser = _Parser(
+    parser = OneLineParser(
         prog=TUNE, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage=f"{TUNE} --config <yaml> [--storage URL] [--n_trials N] [--space FILE] [...] [any fit option]",
         description=__doc__.split("\n\n", 2)[2],
@@ -447,28 +484,72 @@ def _parser() -> argparse.ArgumentParser:
                f"search).\n\nThe default space (--space replaces it; a YAML or JSON file of such entries; types "
                f"float and int take low, high, log, step; categorical takes choices):\n{space}",
     )
-    parser.add_argument("-c", "--config", required=True, help="the fit config (a YAML file or a bundled config name)")
-    parser.add_argument("--storage", default="sqlite:///tune.db",
+    parser.add_argument("-c", "--config", required=True, metavar="FILE",
+                        help="the fit config (a YAML file or a bundled config name)")
+    parser.add_argument("--storage", default="sqlite:///tune.db", metavar="URL",
                         help="Optuna RDB URL of the study's database (default: sqlite:///tune.db); one "
                              "postgresql:// or mysql:// URL lets many machines share the study")
-    parser.add_argument("--study_name", help="the study's name (default: the config file's name without .yaml); "
-                                             "an existing study of that name is continued")
-    parser.add_argument("--n_trials", type=int, default=20, help="trials this command runs (default: 20)")
-    parser.add_argument("--space", help="YAML or JSON file of the search space (default: the space below)")
-    parser.add_argument("--study_dir", help="folder of the trials' runs, trial_<number> each "
-                                            "(default: tune/<study_name>)")
-    parser.add_argument("--best_config", default="best_config.yaml",
-                        help="where the best trial's config is written (default: best_config.yaml)")
+    parser.add_argument("--study_name", metavar="NAME",
+                        help="the study's name (default: the config file's name without .yaml); "
+                             "an existing study of that name is continued")
+    parser.add_argument("--n_trials", type=int, default=20, metavar="N",
+                        help="trials this command runs (>= 1; default: 20)")
+    parser.add_argument("--space", metavar="FILE",
+                        help="YAML or JSON file of the search space (default: the space below)")
+    parser.add_argument("--study_dir", metavar="FOLDER",
+                        help="folder of the trials' runs, trial_<number> each (default: tune/<study_name>)")
+    parser.add_argument("--best_config", default="best_config.yaml", metavar="OUT",
+                        help="where the best trial's config is written, in an existing folder; an existing file only "
+                             "if tune wrote it (default: best_config.yaml)")
     parser.add_argument("--pruner", choices=["median", "none"], default="median",
                         help=f"median: stop a trial whose {METRIC} is below the median of earlier trials at the "
                              "same step; none: run every trial to the end (default: median)")
-    parser.add_argument("--pruner_startup_trials", type=int, default=5,
-                        help="trials that finish before the median pruner stops any (default: 5)")
-    parser.add_argument("--pruner_warmup_steps", type=int, default=0,
-                        help="training steps before the median pruner judges a trial (default: 0)")
-    parser.add_argument("--sampler_seed", type=int, default=None,
-                        help="seed of the TPE sampler (default: none, a random one)")
+    parser.add_argument("--pruner_startup_trials", type=int, default=5, metavar="N",
+                        help="trials that finish before the median pruner stops any (>= 0; default: 5)")
+    parser.add_argument("--pruner_warmup_steps", type=int, default=0, metavar="N",
+                        help="training steps before the median pruner judges a trial (>= 0; default: 0)")
+    parser.add_argument("--sampler_seed", type=int, default=None, metavar="SEED",
+                        help=f"seed of the TPE sampler, in [0, {SEED_RANGE[1]}] (default: none, a random one)")
     return parser
+
+
+def check_tune_options(ns: argparse.Namespace) -> None:
+    """The options of tune's own parser, each against what it takes: one-line :class:`UserInputError`."""
+    for name, least in (("n_trials", 1), ("pruner_startup_trials", 0), ("pruner_warmup_steps", 0)):
+        if getattr(ns, name) < least:
+            raise UserInputError(f"--{name} must be at least {least}, got {getattr(ns, name)}")
+    low, high = SEED_RANGE
+    if ns.sampler_seed is not None and not low <= ns.sampler_seed <= high:
+        raise UserInputError(f"--sampler_seed must be in [{low}, {high}], got {ns.sampler_seed}")
+    if ns.study_name == "":
+        raise UserInputError("--study_name must not be empty; leave it unset for the config file's name")
+    check_folder_option("--study_dir", ns.study_dir)
+    _check_best_config(ns.best_config, ns.config)
+
+
+def _check_best_config(path: str, config: str) -> None:
+    """``--best_config``: a file in an existing folder, neither the config the study reads nor a file that tune
+    did not write (it is replaced at the end of every run)."""
+    if path == "":
+        raise UserInputError("--best_config must be the file to write, e.g. --best_config best_config.yaml; got ''")
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise UserInputError(f"--best_config {path} is a folder; give the file to write, e.g. --best_config "
+                             f"{target / 'best_config.yaml'}")
+    if not target.parent.is_dir():
+        problem = "is a file, not a folder" if target.parent.exists() else "does not exist"
+        raise UserInputError(f"--best_config {path}: the folder {target.parent} {problem}; --best_config must be a "
+                             "file in an existing folder (create the folder first)")
+    if not target.is_file():
+        return
+    if Path(config).is_file() and os.path.samefile(config, target):
+        raise UserInputError(f"--best_config {path} is the config this study reads (--config {config}); "
+                             "write the best config to another file")
+    with open(target, "rb") as stream:
+        written_by_tune = stream.read(len(_BEST_HEADER)) == _BEST_HEADER.encode()
+    if not written_by_tune:
+        raise UserInputError(f"--best_config {path} exists and tune did not write it; choose another file, or delete "
+                             "it by hand if you no longer need it")
 
 
 def tune(argv: list[str]) -> None:
@@ -478,10 +559,7 @@ def tune(argv: list[str]) -> None:
         import optuna
     except ImportError:
         raise UserInputError('tune needs Optuna, which is not installed: pip install "td3_lightning[tune]"') from None
-    if ns.n_trials < 1:
-        raise UserInputError(f"--n_trials must be at least 1, got {ns.n_trials}")
-    if ns.pruner_startup_trials < 0 or ns.pruner_warmup_steps < 0:
-        raise UserInputError("--pruner_startup_trials and --pruner_warmup_steps must be at least 0")
+    check_tune_options(ns)
     stray = [a for a in overrides if a.startswith("-") and not a.startswith("--") and not _NUMBER.match(a)]
     if stray:
         raise UserInputError(f"unknown option {stray[0]}; {TUNE} --help lists the options")
@@ -496,9 +574,10 @@ def tune(argv: list[str]) -> None:
     from td3_lightning.cli import resolve_config_args
 
     base = resolve_config_args(["--config", ns.config, *overrides])  # a bundled config's name, as fit takes it
-    parse_only = _build_cli(base, instantiate=False)  # the config and the fit options, checked
+    parse_only = _build_cli(base, instantiate=False, seed=False)  # the config and the fit options, checked
     check_space(parse_only, base, space)
     check_budget(parse_only, space)
+    dry_run(base)  # what fit checks while it builds env, model and Trainer
     study_name = ns.study_name or Path(ns.config).stem
     study_dir = Path(ns.study_dir or Path("tune") / study_name)
     fingerprint = search_values(parse_only, space)

@@ -1,26 +1,38 @@
-"""Every option of ``fit`` given a wrong value: one ``error:`` line that names the option, exit status 2,
-nothing written.
+"""Every option of every subcommand given a wrong value: one ``error:`` line that names the option and what it
+takes, exit status 2, no traceback, nothing written and every file there before byte-identical.
 
-The cases are generated from the parser: every ``--model.*``, ``--data.*``, ``--progress_bar.*`` and
-``--learning_curve.*`` option gets a value of the wrong type, and every option with a range gets values
-below it (zero where zero is out of range, a negative number) and above it. An option's range is read from its help text (its one-line docstring, e.g.
-``(>= 1)``, ``(> 0)``, ``in [0, 1]``), so ``--help`` shows what the check enforces; a new numeric option
-without a range in its help fails :func:`test_every_numeric_option_declares_its_range`.
+The cases are generated from the parsers. ``fit``, ``validate`` and ``test``: every ``--model.*``, ``--data.*``,
+``--progress_bar.*`` and ``--learning_curve.*`` option of the subcommand's parser gets a value of the wrong type,
+and every option with a range gets values below it (zero where zero is out of range, a negative number) and above
+it; an option's range is read from its help text (its one-line docstring, e.g. ``(>= 1)``, ``(> 0)``,
+``in [0, 1]``), so ``--help`` shows what the check enforces. ``--ckpt_path`` and ``--config`` get files of the wrong
+kind. ``fit`` also walks every ``--checkpoint.*`` option and the ``--trainer.*`` options this project counts in
+steps, that take paths, or that a user plausibly breaks (:data:`TRAINER_CASES`). ``export`` and ``tune``: every
+option of their own parsers, by its type, its choices, the range in its help and its metavar (``CKPT`` a
+checkpoint to read, ``FILE`` a file to read, ``OUT`` a file to write, ``FOLDER`` a folder to write into, ``URL``,
+``NAME``); ``tune`` also gets a search space whose bounds leave the range of each ranged fit option. New options
+without cases fail the completeness tests below.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import shutil
 import types
 import typing
 from pathlib import Path
+from typing import Any
 
+import lightning as L
 import pytest
+import yaml
+from conftest import quiet_trainer
 
 from td3_lightning import _lightning
-from td3_lightning.cli import CONFIG_DIR, TD3CLI, cli_kwargs, main
+from td3_lightning.__main__ import main
+from td3_lightning.cli import CONFIG_DIR, TD3CLI, cli_kwargs
 from td3_lightning.data import ReplayDataModule
 from td3_lightning.module import TD3
 
@@ -29,40 +41,116 @@ RANGE_NOT_IN_HELP = {
     "model.hidden_dims": ">= 1",  # each size
     "model.reset_steps": ">= 1",  # each step
 }
-#: Options that take text from a fixed set, with a value outside it.
+#: Options that take text: values they refuse (from a fixed set, a file name of the wrong form, an unknown env).
 CHOICES = {
-    "model.encoder": "bogus", "model.compile_mode": "bogus", "data.vector_mode": "bogus",
-    "data.video_format": "avi", "data.buffer_device": "bogus", "data.sampler": "bogus",
+    "model.encoder": ["bogus"], "model.compile_mode": ["bogus"], "data.vector_mode": ["bogus"],
+    "data.video_format": ["avi"], "data.buffer_device": ["bogus"], "data.sampler": ["bogus"],
+    "data.env_id": ["NoSuchEnv-v9"], "learning_curve.filename": ["sub/curve.png", "curve.txt"],
+    "model.teacher": ["missing.ckpt"],  # Pendulum has no privileged observation for a teacher to read
 }
-#: The Trainer and checkpoint options this project counts in training steps, with values it refuses.
+#: The Trainer options this project counts in training steps, that take a path, or that a user plausibly
+#: breaks, and ``seed_everything``, with values they refuse.
 TRAINER_CASES = {
     "trainer.max_steps": ["-5", "0", "abc", "1.5"],
+    "trainer.min_steps": ["-1", "abc"],
     "trainer.val_check_interval": ["0", "-3", "0.5", "abc"],
     "trainer.log_every_n_steps": ["-1", "abc"],
-    "checkpoint.every_n_train_steps": ["-1", "abc"],
+    "trainer.num_sanity_val_steps": ["-5", "abc"],
+    "trainer.max_epochs": ["0", "-5"],
+    "trainer.check_val_every_n_epoch": ["0"],
+    "trainer.max_time": ["abc", "00:00:00:00"],
+    "trainer.devices": ["0", "-2", "abc"],
+    "trainer.num_nodes": ["0"],
+    "trainer.accelerator": ["bogus"],
+    "trainer.strategy": ["bogus"],
+    "trainer.precision": ["bogus"],
+    "trainer.limit_train_batches": ["-1"],
+    "trainer.limit_val_batches": ["-1"],
+    "trainer.limit_test_batches": ["-1"],
+    "trainer.accumulate_grad_batches": ["0", "2"],
+    "trainer.gradient_clip_val": ["1.0"],
+    "trainer.fast_dev_run": ["-1"],
+    "trainer.profiler": ["bogus"],
+    "trainer.logger": ["bogus"],
+    "trainer.default_root_dir": "FOLDER",
+    "seed_everything": ["-1", "4294967296", "abc"],
 }
-# a line that says what the option accepts
-ACCEPTS = re.compile(r"expected|must|at least|>=|> 0|in \[|in \(|one of")
+#: ``--checkpoint.*`` options: values they refuse, besides a wrong type (``abc`` for a number or a switch).
+CHECKPOINT_CASES = {
+    "checkpoint.every_n_train_steps": ["-1"],
+    "checkpoint.save_top_k": ["-5"],
+    "checkpoint.monitor": ["val/bogus"],
+    "checkpoint.mode": ["bogus"],
+    "checkpoint.every_n_epochs": ["-1"],
+    "checkpoint.train_time_interval": ["abc"],
+    "checkpoint.save_last": ["bogus"],
+    "checkpoint.dirpath": "FOLDER",
+}
+#: Options that take any value of their type: nothing to refuse.
+ANY_VALUE = {
+    "checkpoint.filename": "any file name; Lightning fills in {step}, {epoch} and metrics",
+}
+#: What each kind of path (an argparse metavar, or :data:`PATH_OPTIONS`) is given, in the work folder of
+#: :func:`work_folder`: missing, a folder, a file of another kind, an empty one, below a file, empty text.
+PATH_VALUES = {
+    "CKPT": ["missing.ckpt", "folder", "notes.txt", "pendulum.yaml", "empty.ckpt", ""],
+    "FILE": ["missing.yaml", "folder", "run.ckpt", "empty.yaml", "bad.yaml", "notes.txt"],
+    "OUT": ["nofolder/out.ckpt", "notes.txt/out.ckpt", "folder", "notes.txt", "run.ckpt", ""],
+    "FOLDER": ["notes.txt", "notes.txt/sub", ""],
+    "URL": ["bogus://x", "sqlite:///nofolder/x.db", "sqlite:///notes.txt", ""],
+    "NAME": [""],
+}
+#: The path options of fit, validate and test, by kind.
+PATH_OPTIONS = {"ckpt_path": "CKPT", "config": "FILE"}
+#: What a line that says what an option takes contains.
+ACCEPTS = re.compile(r"expected|must|at least|>=|> 0|in \[|in \(|one of|takes|pass |give |choose|set |use |"
+                     r"available|can be|should be|has to be|is required|another |e\.g\.", re.I)
 
+#: how an error line names an option whose name it does not repeat as it is
+NAMED_AS = {"config": r"config file|--config", "--config": r"config file|--config", "--space": r"space (file|entry)",
+            "ckpt_path": r"--ckpt_path"}
 
-#: the option groups walked: the module's, the datamodule's and the project's callbacks'
+#: the option groups of the project walked for fit, validate and test
 WALKED = ("--model.", "--data.", "--progress_bar.", "--learning_curve.")
+#: the arguments every case of a subcommand starts with (its own option replaces one of these)
+BASE = {
+    "fit": ["--config", "pendulum.yaml"],
+    "validate": ["--config", "pendulum.yaml", "--ckpt_path", "run.ckpt"],
+    "test": ["--config", "pendulum.yaml", "--ckpt_path", "run.ckpt"],
+    "export": ["--ckpt_path", "run.ckpt", "--out", "new.ckpt"],
+    "tune": ["--config", "pendulum.yaml", "--n_trials", "1"],
+}
+OMIT = None  # a required option left out
 
 
-class _ParseOnly(TD3CLI):
-    def instantiate_classes(self) -> None:  # the options only: no env, model or Trainer
-        pass
+# ------------------------------------------------------------------------------ the options, read from the parsers
+class _Built(Exception):
+    """Carries the command line object out of its constructor once the parsers are set up."""
 
 
-def _fit_options() -> dict[str, tuple[typing.Any, str]]:
-    cli = _ParseOnly(TD3, ReplayDataModule, args=["--config", str(CONFIG_DIR / "pendulum.yaml")], run=False,
-                     **cli_kwargs())
-    types = _lightning.cli_option_types(cli, [])
-    return {o[2:]: th for o, th in types.items()
-            if o.startswith(WALKED) and not o.endswith("+") and th[0] is not None}
+class _OptionsOnly(TD3CLI):
+    def parse_arguments(self, parser: Any, args: Any) -> None:  # the parsers are set up: nothing is parsed
+        raise _Built(self)
 
 
-def _number_type(hint: typing.Any) -> tuple[type | None, bool]:
+def subcommand_options(subcommand: str) -> dict[str, tuple[Any, str]]:
+    """``name`` (without dashes) -> (type hint, help) of every option of ``subcommand``'s parser."""
+    try:
+        _OptionsOnly(TD3, ReplayDataModule, args=[subcommand], **cli_kwargs())
+    except _Built as built:
+        cli = built.args[0]
+    options = _lightning.cli_option_types(cli, [subcommand])
+    return {o[2:]: th for o, th in options.items() if not o.endswith(("+", ".help"))}
+
+
+def own_options(subcommand: str) -> list[argparse.Action]:
+    """The options of ``export``'s or ``tune``'s own parser."""
+    from td3_lightning import export, tune
+
+    return {"export": export, "tune": tune}[subcommand]._parser().actions()
+
+
+def _number_type(hint: Any) -> tuple[type | None, bool]:
     """``int`` or ``float`` for a (possibly optional, possibly list-of) number option, and whether it is a list."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
@@ -70,6 +158,15 @@ def _number_type(hint: typing.Any) -> tuple[type | None, bool]:
     if typing.get_origin(hint) is list and typing.get_args(hint)[0] in (int, float):
         return typing.get_args(hint)[0], True
     return (hint, False) if hint in (int, float) else (None, False)
+
+
+def _is_bool(hint: Any) -> bool:
+    return hint is bool or (typing.get_origin(hint) in (typing.Union, types.UnionType)
+                            and {a for a in typing.get_args(hint)} == {bool, type(None)})
+
+
+def _is_mapping(hint: Any) -> bool:
+    return any(typing.get_origin(a) is dict for a in (hint, *typing.get_args(hint)))
 
 
 def declared_range(name: str, help_text: str) -> tuple[float | None, bool, float | None, bool] | None:
@@ -99,37 +196,146 @@ def out_of_range(low: float | None, low_in: bool, high: float | None, high_in: b
     return sorted(set(values))
 
 
-def _cases() -> list[tuple[str, str]]:
+def inside(low: float | None, low_in: bool, high: float | None, high_in: bool) -> float:
+    """A value inside the range."""
+    if low is not None and low_in:
+        return low
+    if high is not None and high_in:
+        return high
+    if low is not None and high is not None:
+        return (low + high) / 2
+    return (low or 0) + 1
+
+
+def typed_cases(name: str, hint: Any, help_text: str) -> list[str]:
+    """Wrong values for a typed option: the wrong type, and values out of the range its help declares."""
+    kind, is_list = _number_type(hint)
     cases = []
-    for name, (hint, help_text) in sorted(_fit_options().items()):
-        kind, is_list = _number_type(hint)
-        if hint is bool or kind is not None:
-            cases.append((name, "abc"))
-        if kind is int and not is_list:
-            cases.append((name, "1.5"))
-        if kind is None:
-            if name in CHOICES:
-                cases.append((name, CHOICES[name]))
-            continue
-        bounds = declared_range(name, help_text)
-        if bounds is None:
-            continue  # test_every_numeric_option_declares_its_range names it
-        for value in out_of_range(*bounds, kind):
-            cases.append((name, f"[{_fmt(value, kind)}]" if is_list else _fmt(value, kind)))
-        if kind is float:
-            cases.append((name, "nan"))
-    for name, values in TRAINER_CASES.items():
-        cases += [(name, v) for v in values]
+    if _is_bool(hint) or kind is not None:
+        cases.append("abc")
+    if kind is int and not is_list:
+        cases.append("1.5")
+    if _is_mapping(hint):
+        cases += ["abc", "{bogus: 1}"]  # not a mapping; a keyword argument the env does not take
+    cases += CHOICES.get(name, [])
+    if kind is None:
+        return cases
+    bounds = declared_range(name, help_text)
+    if bounds is None:
+        return cases  # test_every_numeric_option_declares_its_range names it
+    for value in out_of_range(*bounds, kind):
+        cases.append(f"[{_fmt(value, kind)}]" if is_list else _fmt(value, kind))
+    if kind is float:
+        cases.append("nan")
     return cases
 
 
-CASES = _cases()
+def _table(table: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(name, v) for name, values in table.items() for v in (PATH_VALUES[values] if isinstance(values, str)
+                                                                    else values)]
 
 
+def trainer_subcommand_cases(subcommand: str) -> list[tuple[str, str, Any]]:
+    options = subcommand_options(subcommand)
+    cases = [(name, v) for name, (hint, help_text) in sorted(options.items())
+             if f"--{name}".startswith(WALKED) and hint is not None for v in typed_cases(name, hint, help_text)]
+    cases += [(name, v) for name, kind in PATH_OPTIONS.items() for v in PATH_VALUES[kind]]
+    if subcommand == "fit":
+        cases += _table(TRAINER_CASES)
+        for name, (hint, _help) in sorted(options.items()):
+            if name.startswith("checkpoint.") and (_is_bool(hint) or _number_type(hint)[0] is not None):
+                cases.append((name, "abc"))
+        cases += _table(CHECKPOINT_CASES)
+    return [(subcommand, name, value) for name, value in cases]
+
+
+def own_parser_cases(subcommand: str) -> list[tuple[str, str, Any]]:
+    cases: list[tuple[str, Any]] = []
+    for action in own_options(subcommand):
+        name = action.option_strings[-1]
+        if action.required:
+            cases.append((name, OMIT))
+        if action.nargs == 0:  # a switch
+            cases.append((name, "=yes"))
+        if action.choices:
+            cases.append((name, "bogus"))
+        if action.type in (int, float):
+            cases += [(name, "abc")] + ([(name, "1.5")] if action.type is int else [])
+            bounds = declared_range(name, action.help or "")
+            cases += [(name, _fmt(v, action.type)) for v in out_of_range(*bounds, action.type)] if bounds else []
+        cases += [(name, v) for v in PATH_VALUES.get(action.metavar, [])]
+    return [(subcommand, name, value) for name, value in cases]
+
+
+def space_cases() -> list[tuple[str, str, Any]]:
+    """A search space for every ranged number option of fit, whose bounds leave the range (one bound inside)."""
+    cases = []
+    for name, (hint, help_text) in sorted(subcommand_options("fit").items()):
+        kind, is_list = _number_type(hint)
+        bounds = declared_range(name, help_text)
+        if not f"--{name}".startswith(WALKED) or kind is None or is_list or bounds is None:
+            continue
+        within, outside = kind(inside(*bounds)), [kind(v) for v in out_of_range(*bounds, kind)]
+        for value in {min(outside), max(outside)}:  # the space leaves the range below it, above it
+            low, high = sorted((value, within))
+            cases.append(("tune", "--space", {name: {"type": kind.__name__, "low": low, "high": high}}))
+    return cases
+
+
+CASES = [*trainer_subcommand_cases("fit"), *trainer_subcommand_cases("validate"), *trainer_subcommand_cases("test"),
+         *own_parser_cases("export"), *own_parser_cases("tune"), *space_cases()]
+
+
+def _id(case: tuple[str, str, Any]) -> str:
+    subcommand, name, value = case
+    if isinstance(value, dict):
+        ((option, entry),) = value.items()
+        return f"{subcommand}:space:{option}=[{entry['low']},{entry['high']}]"
+    return f"{subcommand}:{name}" + ("(omitted)" if value is OMIT else value if value.startswith("=") else f"={value}")
+
+
+def command(case: tuple[str, str, Any]) -> list[str]:
+    """The arguments of ``case``: the subcommand's base arguments with the option's value replaced (or left out)."""
+    subcommand, name, value = case
+    option = name if name.startswith("-") else f"--{name}"
+    base = list(BASE[subcommand])
+    if option in base:
+        i = base.index(option)
+        del base[i:i + 2]
+    if value is OMIT:
+        return [subcommand, *base]
+    if isinstance(value, dict):
+        return [subcommand, *base, option, "space.yaml"]
+    if value.startswith("="):
+        return [subcommand, *base, option + value]
+    return [subcommand, *base, option, value]
+
+
+# ------------------------------------------------------------------------------ completeness
 def test_every_numeric_option_declares_its_range():
-    unranged = [name for name, (hint, help_text) in _fit_options().items()
-                if _number_type(hint)[0] is not None and declared_range(name, help_text) is None]
-    assert unranged == []  # name the range in the option's docstring, e.g. "(>= 1)", and check it
+    fit = subcommand_options("fit")
+    unranged = [name for name, (hint, help_text) in fit.items() if f"--{name}".startswith(WALKED)
+                and _number_type(hint)[0] is not None and declared_range(name, help_text) is None]
+    unranged += [a.option_strings[-1] for sub in ("export", "tune") for a in own_options(sub)
+                 if a.type in (int, float) and declared_range("", a.help or "") is None]
+    assert unranged == []  # name the range in the option's docstring or help, e.g. "(>= 1)", and check it
+
+
+def test_every_option_gets_a_wrong_value():
+    walked = {(sub, name) for sub, name, _ in CASES}
+    missing = []
+    for sub in ("fit", "validate", "test"):
+        for name, (hint, _help) in subcommand_options(sub).items():
+            ours = f"--{name}".startswith(WALKED) and hint is not None
+            checkpoint = sub == "fit" and name.startswith("checkpoint.")
+            steps_or_path = sub == "fit" and name.startswith("trainer.") and (
+                re.search(r"steps|interval|_dir|path", name) or "Path" in str(hint))
+            if (ours or checkpoint or steps_or_path) and (sub, name) not in walked and name not in ANY_VALUE:
+                missing.append(f"{sub} --{name}")
+    for sub in ("export", "tune"):
+        missing += [f"{sub} {a.option_strings[-1]}" for a in own_options(sub)
+                    if (sub, a.option_strings[-1]) not in walked]
+    assert missing == []  # add a wrong value of the option to this file's tables (or its metavar's kind)
 
 
 def test_the_walk_covers_the_cases_of_the_issue():
@@ -137,33 +343,79 @@ def test_the_walk_covers_the_cases_of_the_issue():
                  ("data.batch_size", "0"), ("data.buffer_size", "0"), ("data.warmup_steps", "-1"),
                  ("data.eval_episodes", "0"), ("data.num_envs", "0"), ("data.utd_ratio", "0.0"),
                  ("data.steps_per_batch", "0"), ("data.n_step", "0"), ("checkpoint.every_n_train_steps", "-1"),
-                 ("trainer.log_every_n_steps", "-1"), ("model.gamma", "2.0"), ("model.actor_lr", "0.0")]:
+                 ("trainer.log_every_n_steps", "-1"), ("model.gamma", "2.0"), ("model.actor_lr", "0.0"),
+                 ("data.env_kwargs", "{bogus: 1}"), ("data.train_env_kwargs", "{bogus: 1}")]:
+        assert ("fit", *case) in CASES, case
+    for case in [("validate", "model.gamma", "2.0"), ("test", "data.test_episodes", "0"),
+                 ("test", "ckpt_path", "notes.txt"), ("export", "--out", "run.ckpt"),
+                 ("export", "--out", "nofolder/out.ckpt"), ("export", "--format", "bogus"),
+                 ("tune", "--n_trials", "0"), ("tune", "--n_trials", "abc"), ("tune", "--space", "bad.yaml"),
+                 ("tune", "--space", {"model.gamma": {"type": "float", "low": -1.0, "high": 0.0}}),
+                 ("tune", "--space", {"model.gamma": {"type": "float", "low": 0.0, "high": 2.0}}),
+                 ("tune", "--space", {"model.actor_lr": {"type": "float", "low": -1.0, "high": 1.0}})]:
         assert case in CASES, case
-    assert len({name for name, _ in CASES}) > 50
+    subcommands = {sub: len({name for s, name, _ in CASES if s == sub}) for sub in BASE}
+    assert subcommands["fit"] > 90 and subcommands["validate"] > 60 and subcommands["export"] == 4, subcommands
+
+
+# ------------------------------------------------------------------------------ the walk
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A small Pendulum checkpoint: what validate, test and export are given."""
+    L.seed_everything(0)
+    dm = ReplayDataModule("Pendulum-v1", warmup_steps=20, batch_size=8, buffer_size=100)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8])
+    trainer = quiet_trainer(max_steps=5)
+    trainer.fit(model, dm)
+    path = tmp_path_factory.mktemp("ckpt") / "run.ckpt"
+    trainer.save_checkpoint(path)
+    return path
 
 
 @pytest.fixture
-def work_folder(tmp_path, monkeypatch) -> Path:
-    """The current folder, holding a config the command reads: it must stay byte-identical."""
+def work_folder(tmp_path, monkeypatch, checkpoint) -> Path:
+    """The current folder: a config, a checkpoint and files of other kinds, that must stay byte-identical."""
     shutil.copy(CONFIG_DIR / "pendulum.yaml", tmp_path / "pendulum.yaml")
+    shutil.copy(checkpoint, tmp_path / "run.ckpt")
+    (tmp_path / "notes.txt").write_text("notes\n")
+    (tmp_path / "empty.ckpt").write_bytes(b"")
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "bad.yaml").write_text("model: {gamma: [0.9\n")
+    (tmp_path / "folder").mkdir()
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
-@pytest.mark.parametrize("option, value", CASES, ids=[f"{n}={v}" for n, v in CASES])
-def test_a_wrong_value_is_one_line_and_writes_nothing(option, value, work_folder, capsys):
-    before = {p: p.read_bytes() for p in work_folder.rglob("*")}
+def _snapshot(folder: Path) -> dict[Path, bytes | None]:
+    return {p: p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_a_wrong_value_is_one_line_and_writes_nothing(case, work_folder, capsys, monkeypatch):
+    from td3_lightning import tune
+
+    monkeypatch.setattr(tune, "run_study", lambda *a: pytest.fail("tune would run trials"))
+    subcommand, name, value = case
+    if isinstance(value, dict):
+        (work_folder / "space.yaml").write_text(yaml.safe_dump(value))
+    before = _snapshot(work_folder)
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "pendulum.yaml", f"--{option}", value])
+        main(command(case))
     assert exit_info.value.code == 2
     captured = capsys.readouterr()
-    lines = captured.err.splitlines()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
-    assert option in lines[0] and ACCEPTS.search(lines[0]), lines[0]
+    named = re.escape(next(iter(value))) if isinstance(value, dict) else NAMED_AS.get(name, re.escape(name))
+    assert re.search(named, lines[0]) and ACCEPTS.search(lines[0]), lines[0]
+    if isinstance(value, dict):  # the bound that leaves the range is named
+        entry = next(iter(value.values()))
+        assert re.search(rf"(low|high) {re.escape(repr(entry['low']))}|(low|high) {re.escape(repr(entry['high']))}",
+                         lines[0]), lines[0]
     assert "Traceback" not in captured.out + captured.err
-    assert {p: p.read_bytes() for p in work_folder.rglob("*")} == before  # no new file or folder, none changed
+    assert _snapshot(work_folder) == before  # no new file or folder, none changed
 
 
+# ------------------------------------------------------------------------------ the helpers of the walk
 def test_declared_ranges_are_read_from_the_help():
     assert declared_range("x", "discount factor, in [0, 1].") == (0.0, True, 1.0, True)
     assert declared_range("x", "Polyak rate, in (0, 1] (1 = hard copy).") == (0.0, False, 1.0, True)
@@ -175,3 +427,13 @@ def test_declared_ranges_are_read_from_the_help():
     assert out_of_range(0.0, False, 1.0, True, float) == [-1, 0, 2.0]
     assert out_of_range(0.0, True, 0.0, True, int) == [-1, 1]
     assert not math.isnan(out_of_range(0.0, True, None, False, float)[0])
+    assert inside(0.0, False, 1.0, True) == 1.0 and inside(0.0, False, None, False) == 1.0
+    assert inside(2.0, True, None, False) == 2.0
+
+
+def test_a_case_replaces_the_base_value_of_its_option():
+    assert command(("export", "--out", "folder")) == ["export", "--ckpt_path", "run.ckpt", "--out", "folder"]
+    assert command(("export", "--out", OMIT)) == ["export", "--ckpt_path", "run.ckpt"]
+    assert command(("export", "--overwrite", "=yes"))[-1] == "--overwrite=yes"
+    assert command(("test", "ckpt_path", "")) == ["test", "--config", "pendulum.yaml", "--ckpt_path", ""]
+    assert command(("tune", "--space", {"model.tau": {}}))[-2:] == ["--space", "space.yaml"]

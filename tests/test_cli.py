@@ -134,11 +134,12 @@ VAL_CHECK = ('error: trainer.val_check_interval must be a number of training ste
          "error: trainer.log_every_n_steps must be >= 0 training steps (0: no step logging); got -1"),
         (["--checkpoint.every_n_train_steps", "-1"],
          "error: checkpoint.every_n_train_steps must be >= 0 training steps (0 or null: off); got -1"),
-        (["--trainer.max_time", "soon"], "error: Lightning refuses a trainer option: `Timer(duration='soon')` is not a "
-                                         "valid duration. Expected a string in the format DD:HH:MM:SS."),
-        (["--trainer.num_nodes", "0"], "error: Lightning refuses a trainer option: `num_nodes` must be a positive "
+        (["--trainer.max_time", "soon"], 'error: trainer.max_time must be a duration above zero, "DD:HH:MM:SS", e.g. '
+                                         '"00:01:00:00", or a mapping such as {hours: 12}; got \'soon\''),
+        # what Lightning refuses while the Trainer is built, with the option named
+        (["--trainer.num_nodes", "0"], "error: Lightning refuses trainer.num_nodes 0: `num_nodes` must be a positive "
                                        "integer, but got 0."),
-        (["--checkpoint.save_top_k", "-5"], "error: Lightning refuses a callback option: Invalid value for "
+        (["--checkpoint.save_top_k", "-5"], "error: Lightning refuses checkpoint.save_top_k -5: Invalid value for "
                                             "save_top_k=-5. Must be >= -1"),
         (["--trainer.check_val_every_n_epoch", "0"],
          "error: trainer.check_val_every_n_epoch must be >= 1 or null (the replay stream is one endless epoch: "

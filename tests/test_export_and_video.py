@@ -229,3 +229,61 @@ def test_the_readmes_export_lines_run_as_written_where_a_run_is(pendulum_ckpt, t
         assert f"wrote {command[command.index('--out') + 1]}" in proc.stdout
     assert TD3.load_from_checkpoint(tmp_path / "policy.ckpt").hparams.obs_shape == [3]
     assert torch.jit.load(str(tmp_path / "actor.pt"))(torch.zeros(1, 3)).shape == (1, 1)
+
+
+class _Opaque:  # an object that a weights-only load refuses
+    pass
+
+
+def test_a_training_checkpoint_is_told_by_its_optimizer_or_loop_state(pendulum_ckpt, tmp_path):
+    from td3_lightning.checkpointing import is_training_checkpoint
+
+    slim = slim_checkpoint(pendulum_ckpt, tmp_path / "slim.ckpt")
+    torch.save({"state_dict": {}, "optimizer_states": [], "callbacks": {"x": _Opaque()}}, tmp_path / "other.ckpt")
+    torch.save({"state_dict": {}, "callbacks": {"x": _Opaque()}}, tmp_path / "weights.ckpt")
+    (tmp_path / "notes.txt").write_text("optimizer_states\n")
+    assert is_training_checkpoint(pendulum_ckpt) and is_training_checkpoint(tmp_path / "other.ckpt")
+    assert not any(is_training_checkpoint(p) for p in (slim, tmp_path / "weights.ckpt", tmp_path / "notes.txt"))
+    assert not is_training_checkpoint(export_torchscript(pendulum_ckpt, tmp_path / "actor.pt"))
+
+
+def test_export_never_replaces_a_training_checkpoint_even_with_overwrite(pendulum_ckpt, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(pendulum_ckpt, tmp_path / "run.ckpt")
+    later = torch.load(pendulum_ckpt, weights_only=False)
+    later["global_step"] = 99
+    torch.save(later, tmp_path / "later_run.ckpt")  # another run's resumable checkpoint
+    main(["export", "--ckpt_path", "run.ckpt", "--out", "policy.ckpt"])
+    capsys.readouterr()
+    before = _snapshot(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--ckpt_path", "run.ckpt", "--out", "later_run.ckpt", "--overwrite"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: --out later_run.ckpt is a resumable training checkpoint (it holds optimizer and loop state), which "
+        "export never replaces, even with --overwrite; choose another --out, or delete that file by hand if you no "
+        "longer need it\n")
+    assert _snapshot(tmp_path) == before  # both full checkpoints and the earlier export byte for byte
+
+    main(["export", "--ckpt_path", "later_run.ckpt", "--out", "policy.ckpt", "--overwrite"])  # slim over slim
+    assert "wrote policy.ckpt" in capsys.readouterr().out
+    replaced = torch.load(tmp_path / "policy.ckpt", weights_only=True)
+    assert replaced["global_step"] == 99 and "optimizer_states" not in replaced
+
+
+@pytest.mark.parametrize("out, line", [
+    ("nofolder/policy.ckpt", "error: --out nofolder/policy.ckpt: the folder nofolder does not exist; --out must be a "
+                             "file in an existing folder (create the folder first)"),
+    ("notes.txt/policy.ckpt", "error: --out notes.txt/policy.ckpt: the folder notes.txt is a file, not a folder; "
+                              "--out must be a file in an existing folder (create the folder first)"),
+])
+def test_export_into_a_folder_that_is_not_there_writes_nothing(out, line, pendulum_ckpt, tmp_path, monkeypatch,
+                                                               capsys):
+    # before: the missing folder was created; a file on the way was a traceback
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("notes\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--ckpt_path", str(pendulum_ckpt), "--out", out])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+    assert _snapshot(tmp_path) == {"notes.txt": b"notes\n"}

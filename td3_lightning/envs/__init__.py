@@ -25,8 +25,9 @@ class EnvSpec:
     frame_stack: int = 1  # frames per image observation (the env's ``frame_stack`` attribute)
 
 
-def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode: str | None = None) -> gym.Env:
-    """``gymnasium.make`` with errors that name the option to fix."""
+def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode: str | None = None,
+             option: str = "data.env_kwargs") -> gym.Env:
+    """``gymnasium.make`` with errors that name the option to fix (``option``: the one that gave ``env_kwargs``)."""
     register_envs()
     kwargs = dict(env_kwargs or {})
     if render_mode is not None:
@@ -42,9 +43,30 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
             "e.g. Pendulum-v1, LunarLander-v3 or CarRacingState-v0"
         ) from None
     except TypeError as err:
-        raise UserInputError(f"data.env_kwargs {kwargs} not accepted by '{env_id}': {err}") from None
+        problem = str(err).split(" was raised from the environment creator")[0]
+        taken = _keywords(env_id)
+        fix = (f"{env_id} takes {', '.join(taken)} (and gymnasium.make's own, e.g. max_episode_steps)" if taken
+               else f"pass only keyword arguments that {env_id} takes")
+        raise UserInputError(f"{option} {kwargs} not accepted by '{env_id}': {problem}; {fix}") from None
     except (ImportError, gym.error.DependencyNotInstalled) as err:
         raise UserInputError(f"environment '{env_id}' needs a package that is not installed: {err}") from None
+
+
+def _keywords(env_id: str) -> list[str] | None:
+    """The keyword arguments of ``env_id``'s constructor (None: unknown, or any)."""
+    import inspect
+
+    from gymnasium.envs.registration import load_env_creator
+
+    try:
+        entry = gym.spec(env_id).entry_point
+        params = inspect.signature(load_env_creator(entry) if isinstance(entry, str) else entry).parameters.values()
+    except Exception:  # noqa: BLE001 - an entry point that cannot be inspected: say it without the list
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in params if p.kind in named]
 
 
 def check_spaces(env: gym.Env, env_id: str, vector_obs: bool = True) -> EnvSpec:

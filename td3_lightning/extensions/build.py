@@ -71,13 +71,10 @@ def build_extensions(hp: Mapping[str, Any], networks: Networks) -> Extensions:
 
 
 def check_extension_options(hp: Mapping[str, Any]) -> None:
-    """One clear line for an extension option out of range."""
+    """One clear line for an extension option out of range (the options alone, no env shapes)."""
     resets = hp["reset_steps"]
     rules = [
         (hp["state_prediction"] >= 0, f"model.state_prediction must be >= 0 (0 = off), got {hp['state_prediction']}"),
-        (hp["teacher"] is None or hp["critic_obs_shape"] is not None,
-         "model.teacher needs a privileged observation for the teacher to read: set data.privileged_critic true "
-         "(with an env that offers info['privileged_obs'])"),
         (hp["teacher_weight"] >= 0, f"model.teacher_weight must be >= 0, got {hp['teacher_weight']}"),
         (hp["preactivation_penalty"] >= 0,
          f"model.preactivation_penalty must be >= 0 (0 = off), got {hp['preactivation_penalty']}"),
@@ -87,16 +84,29 @@ def check_extension_options(hp: Mapping[str, Any]) -> None:
         (hp["random_shift"] >= 0, f"model.random_shift must be >= 0 pixels (0 = off), got {hp['random_shift']}"),
         (hp["embedding_dim"] >= 0, f"model.embedding_dim must be >= 0 (0 = off), got {hp['embedding_dim']}"),
         (hp["embedding_lr"] > 0, f"model.embedding_lr must be > 0, got {hp['embedding_lr']}"),
-        (not hp["embedding_dim"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
-         "model.embedding_dim needs vector observations and no privileged critic; set model.embedding_dim 0"),
+        (hp["target_update_every"] >= 0,
+         f"model.target_update_every must be >= 0 (0 = Polyak), got {hp['target_update_every']}"),
         (not hp["embedding_dim"] or hp["target_update_every"] > 0,
          "model.embedding_dim refreshes the fixed encoder at each hard target update: set "
          "model.target_update_every (TD7: 250)"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise UserInputError(message)
+
+
+def check_extension_spaces(hp: Mapping[str, Any]) -> None:
+    """One clear line for an extension that the env's observations (``obs_shape``, ``critic_obs_shape``) do not
+    allow."""
+    rules = [
+        (hp["teacher"] is None or hp["critic_obs_shape"] is not None,
+         "model.teacher needs a privileged observation for the teacher to read: set data.privileged_critic true "
+         "(with an env that offers info['privileged_obs'])"),
+        (not hp["embedding_dim"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
+         "model.embedding_dim needs vector observations and no privileged critic; set model.embedding_dim 0"),
         (not hp["normalize_obs"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
          "model.normalize_obs standardises vector observations (images are scaled by the encoder) and needs no "
          "privileged critic; set model.normalize_obs false"),
-        (hp["target_update_every"] >= 0,
-         f"model.target_update_every must be >= 0 (0 = Polyak), got {hp['target_update_every']}"),
     ]
     for ok, message in rules:
         if not ok:

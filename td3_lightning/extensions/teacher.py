@@ -38,26 +38,40 @@ class Teacher(ActorTerm):
         return ((view.action - target) / view.action_scale).pow(2).sum(dim=1).mean()
 
 
-def load_teacher(path: str, module: Any) -> torch.nn.Module:
-    """The frozen actor of the checkpoint ``path``, checked against the privileged observation and
-    the action bounds of ``module``; a relative path is also looked up beside the installed package."""
+def teacher_file(path: str) -> Path:
+    """The checkpoint file ``model.teacher`` names: a relative path is also looked up beside the installed package;
+    one-line :class:`UserInputError` unless it is a readable td3_lightning checkpoint."""
     where = Path(path)
     if not where.is_file() and not where.is_absolute():
         beside_package = Path(str(files("td3_lightning"))).parent / where
         where = beside_package if beside_package.is_file() else where
     if not where.is_file():
-        raise UserInputError(f"model.teacher: checkpoint file not found: {path}; pass an existing .ckpt file")
-    checkpointing.check_checkpoint(where)
-    hparams = module.hparams
-    teacher = type(module).load_from_checkpoint(where, map_location="cpu")
-    shape, want = list(teacher.hparams.obs_shape), list(hparams.critic_obs_shape or [])
+        problem = "is a folder, not a file" if where.is_dir() else "not found"
+        raise UserInputError(f"model.teacher: checkpoint file {problem}: {path}; pass an existing .ckpt file")
+    checkpointing.check_checkpoint(where, "model.teacher", "model.teacher takes a .ckpt file that td3_lightning wrote")
+    return where
+
+
+def check_teacher(path: str, hparams: Any) -> Path:
+    """The file of :func:`teacher_file`, checked against the privileged observation shape (``critic_obs_shape``) and
+    the action bounds of the student's ``hparams``, without loading it: one-line :class:`UserInputError`."""
+    where = teacher_file(path)
+    facts = checkpointing.inspect_checkpoint(str(where))
+    shape, want = list(facts["obs_shape"] or []), list(hparams["critic_obs_shape"] or [])
     if shape != want:
         raise UserInputError(
             f"model.teacher {path} reads observations of shape {shape}, but the privileged observation has "
             f"shape {want}; give the checkpoint of a policy trained on the privileged observation's env")
-    if [list(teacher.hparams.action_low), list(teacher.hparams.action_high)] != [
-            list(hparams.action_low), list(hparams.action_high)]:
+    bounds, ours = facts["action_bounds"], [list(hparams["action_low"]), list(hparams["action_high"])]
+    if bounds is not None and [list(b) for b in bounds] != ours:
         raise UserInputError(
-            f"model.teacher {path} acts in [{teacher.hparams.action_low}, {teacher.hparams.action_high}], this env in "
-            f"[{hparams.action_low}, {hparams.action_high}]; give a teacher with the same action space (action_mode)")
+            f"model.teacher {path} acts in [{bounds[0]}, {bounds[1]}], this env in [{ours[0]}, {ours[1]}]; "
+            "give a teacher with the same action space (action_mode)")
+    return where
+
+
+def load_teacher(path: str, module: Any) -> torch.nn.Module:
+    """The frozen actor of the checkpoint ``path`` (:func:`check_teacher` against ``module``'s hyperparameters)."""
+    where = check_teacher(path, module.hparams)
+    teacher = type(module).load_from_checkpoint(where, map_location="cpu")
     return teacher.actor.requires_grad_(False).eval()
