@@ -23,7 +23,7 @@ from td3_lightning.errors import NonFiniteError
 from td3_lightning.extensions import ActorView, build_extensions, critic_view
 from td3_lightning.guards import check_finite_weights
 from td3_lightning.hparams import check_hparams
-from td3_lightning.metrics import VALIDATION_METRICS, EpisodeMetrics
+from td3_lightning.metrics import EpisodeMetrics
 from td3_lightning.networks import build_networks
 from td3_lightning.random_stream import RandomStream
 from td3_lightning.samplers import lap_loss
@@ -248,9 +248,8 @@ class TD3(L.LightningModule):
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.episode_metrics.update_validation(batch)
-        val_return, val_length = VALIDATION_METRICS
-        self.log(val_return, self.episode_metrics.val_return, on_step=False, on_epoch=True, prog_bar=True)
-        self.log(val_length, self.episode_metrics.val_length, on_step=False, on_epoch=True)
+        self.log("val/return", self.episode_metrics.val_return, on_step=False, on_epoch=True, prog_bar=True)
+        self.log("val/episode_length", self.episode_metrics.val_length, on_step=False, on_epoch=True)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.episode_metrics.update_test(batch)

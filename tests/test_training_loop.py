@@ -57,6 +57,10 @@ def test_validation_and_checkpoints_count_env_steps(tmp_path):
     assert seen == [50, 100]
     assert sorted(p.name for p in tmp_path.glob("*.ckpt")) == ["s120.ckpt", "s40.ckpt", "s80.ckpt"]
     assert trainer.callback_metrics["val/return"].item() == 20.0  # reward 1 for 20 steps
+    # what checkpoint.monitor may name is what validation logs
+    from td3_lightning.metrics import VALIDATION_METRICS
+
+    assert sorted(k for k in trainer.callback_metrics if k.startswith("val/")) == sorted(VALIDATION_METRICS)
 
 
 def test_q_converges_to_infinite_horizon_value_through_truncation():
