@@ -1,7 +1,9 @@
 """``python -m td3_lightning`` and the ``td3-lightning`` script: every subcommand.
 
-``tune`` runs many fits through :mod:`td3_lightning.cli`, so it is dispatched here, above the
-command line it drives; everything else is :func:`td3_lightning.cli.main`.
+The listing, an unknown subcommand and ``<subcommand> --help`` are answered before torch or Lightning is
+imported (:func:`td3_lightning.commands.answer_early`). ``tune`` runs many fits through
+:mod:`td3_lightning.cli`, so it is dispatched here, above the command line it drives; ``export`` has its own
+small parser; ``fit``, ``validate`` and ``test`` are :func:`td3_lightning.cli.main`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ def main(args: list[str] | None = None) -> None:
         from td3_lightning.tune import main as tune_main
 
         tune_main(argv[1:])
+        return
+    if argv[:1] == ["export"]:  # its own small parser: Lightning is imported only to read a checkpoint
+        from td3_lightning.export import main as export_main
+
+        export_main(argv[1:])
         return
     from td3_lightning.cli import main as cli_main
 

@@ -158,3 +158,25 @@ class TestReport(L.Callback):
             with atomic_path(path) as tmp:
                 tmp.write_text(json.dumps(results, indent=2) + "\n")
             print(f"test results written to {path}")
+
+
+class ReportValReturn(L.Callback):
+    """Reports ``val/return`` to an Optuna trial at each validation (step = the training step)
+    and, when the pruner says so, stops training the way Lightning stops any run
+    (``trainer.should_stop``): the run's checkpoints and logs are written completely, and
+    :func:`td3_lightning.tune.run_trial` raises ``optuna.TrialPruned`` once ``fit`` has returned."""
+
+    def __init__(self, trial: Any) -> None:  # an optuna.Trial
+        self.trial, self.metric = trial, "val/return"
+        self.last_value: float | None = None
+        self.pruned_at: int | None = None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or self.metric not in trainer.callback_metrics:
+            return
+        value = float(trainer.callback_metrics[self.metric])
+        self.last_value = value
+        self.trial.report(value, step=trainer.global_step)
+        if self.trial.should_prune():
+            self.pruned_at = trainer.global_step
+            trainer.should_stop = True

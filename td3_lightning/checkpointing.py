@@ -44,7 +44,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpo
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 
 from td3_lightning import _lightning
-from td3_lightning.errors import UserInputError
+from td3_lightning.errors import CKPT_PATH_TAKES, UserInputError, check_checkpoint_file
 
 _PATH = Union[str, "os.PathLike[str]"]
 
@@ -261,18 +261,13 @@ def is_training_checkpoint(path: str | Path) -> bool:
 
 
 #: what ``--ckpt_path`` takes, said after a checkpoint it cannot use
-CKPT_PATH_TAKES = "--ckpt_path takes last, best or a .ckpt file that td3_lightning wrote"
 
 
 def check_checkpoint(path: str | Path, option: str = "--ckpt_path", takes: str = CKPT_PATH_TAKES) -> dict[str, Any]:
     """:func:`inspect_checkpoint` of the file that ``option`` names; one-line :class:`UserInputError` naming the
     option unless it is a readable td3_lightning checkpoint of this format version (``takes``: what the option
     takes, said after the problem)."""
-    if str(path) == "":
-        raise UserInputError(f"{option} must name a checkpoint file, got ''; {takes}")
-    if not Path(path).is_file():
-        problem = "is a folder, not a file" if Path(path).is_dir() else "not found"
-        raise UserInputError(f"checkpoint file {problem}: {path}; pass an existing .ckpt file to {option}")
+    check_checkpoint_file(path, option, takes)
     try:
         return inspect_checkpoint(str(path))
     except UserInputError as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 from typing import Any
 
 
@@ -39,3 +40,16 @@ def yaml_problem(err: Any) -> str:
     context_text = getattr(err, "context", None)
     around = f" ({context_text} at line {context.line + 1})" if context_text and context else ""
     return f"{problem}{where}{around}"
+
+
+CKPT_PATH_TAKES = "--ckpt_path takes last, best or a .ckpt file that td3_lightning wrote"
+
+
+def check_checkpoint_file(path: str | Path, option: str = "--ckpt_path", takes: str = CKPT_PATH_TAKES) -> None:
+    """One-line :class:`UserInputError` unless ``path`` (what ``option`` names) is an existing file: the part of
+    a checkpoint's check that needs no torch (``takes``: what the option takes)."""
+    if str(path) == "":
+        raise UserInputError(f"{option} must name a checkpoint file, got ''; {takes}")
+    if not Path(path).is_file():
+        problem = "is a folder, not a file" if Path(path).is_dir() else "not found"
+        raise UserInputError(f"checkpoint file {problem}: {path}; pass an existing .ckpt file to {option}")

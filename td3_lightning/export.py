@@ -28,19 +28,23 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
-from td3_lightning.checkpointing import (
-    SLIM_KEYS, atomic_path, check_checkpoint, find_run_checkpoint, is_training_checkpoint, slim_checkpoint)
 from td3_lightning.commands import PROG, OneLineParser
-from td3_lightning.errors import UserInputError
+from td3_lightning.errors import UserInputError, check_checkpoint_file
 
-__all__ = ["SLIM_KEYS", "slim_checkpoint", "export_torchscript", "export_onnx", "check_out", "main"]
+if TYPE_CHECKING:  # torch and Lightning are imported when a checkpoint is read: --help and parse errors need none
+    import torch
+    from torch import Tensor
+
+__all__ = ["SLIM_KEYS", "slim_checkpoint", "export", "export_torchscript", "export_onnx", "check_out", "main"]
 
 def _actor_and_example(src: str | Path) -> tuple[torch.nn.Module, Tensor]:
     """The checked checkpoint's actor for inference (eval mode, weights that need no gradient: its
     actions do not require grad), and a zero observation batch (2 rows) to trace it with."""
+    import torch
+
+    from td3_lightning.checkpointing import check_checkpoint
     from td3_lightning.module import TD3
 
     check_checkpoint(src)
@@ -50,6 +54,10 @@ def _actor_and_example(src: str | Path) -> tuple[torch.nn.Module, Tensor]:
 
 def export_torchscript(src: str | Path, out: str | Path) -> Path:
     """Write the actor of ``src`` as a TorchScript module ``obs -> action``."""
+    import torch
+
+    from td3_lightning.checkpointing import atomic_path
+
     actor, example = _actor_and_example(src)
     scripted = torch.jit.trace(actor, example)
     out = Path(out)
@@ -60,6 +68,10 @@ def export_torchscript(src: str | Path, out: str | Path) -> Path:
 
 def export_onnx(src: str | Path, out: str | Path) -> Path:
     """Write the actor of ``src`` as an ONNX graph ``observation -> action`` (dynamic batch)."""
+    import torch
+
+    from td3_lightning.checkpointing import atomic_path
+
     actor, example = _actor_and_example(src)
     try:
         import onnx  # noqa: F401  (the exporter needs it; fail before writing with the fix)
@@ -73,7 +85,22 @@ def export_onnx(src: str | Path, out: str | Path) -> Path:
     return out
 
 
-EXPORTERS = {"slim": slim_checkpoint, "torchscript": export_torchscript, "onnx": export_onnx}
+FORMATS = ("slim", "torchscript", "onnx")
+
+
+def __getattr__(name: str) -> Any:  # SLIM_KEYS and slim_checkpoint: checkpointing's, imported when asked for
+    if name in ("SLIM_KEYS", "slim_checkpoint"):
+        from td3_lightning import checkpointing
+
+        return getattr(checkpointing, name)
+    raise AttributeError(f"module 'td3_lightning.export' has no attribute {name!r}")
+
+
+def export(src: str | Path, out: str | Path, fmt: str) -> Path:
+    """Write ``src``'s policy to ``out`` in format ``fmt`` (one of :data:`FORMATS`)."""
+    from td3_lightning.checkpointing import slim_checkpoint
+
+    return {"slim": slim_checkpoint, "torchscript": export_torchscript, "onnx": export_onnx}[fmt](src, out)
 
 
 def check_out(src: str | Path, out: str | Path, overwrite: bool = False) -> None:
@@ -95,6 +122,8 @@ def check_out(src: str | Path, out: str | Path, overwrite: bool = False) -> None
     if target.exists() and Path(src).exists() and os.path.samefile(src, target):
         raise UserInputError(f"--out {out} is the checkpoint being exported (--ckpt_path {src}); "
                              "write the export to another file")
+    from td3_lightning.checkpointing import is_training_checkpoint
+
     if target.is_file() and is_training_checkpoint(target):
         raise UserInputError(f"--out {out} is a resumable training checkpoint (it holds optimizer and loop state), "
                              "which export never replaces, even with --overwrite; choose another --out, or delete "
@@ -115,7 +144,7 @@ def _parser() -> OneLineParser:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out if it exists (never the checkpoint being exported, never a training "
                         "checkpoint)")
-    parser.add_argument("--format", choices=list(EXPORTERS), default="slim",
+    parser.add_argument("--format", choices=list(FORMATS), default="slim",
                         help="what to write: slim, torchscript or onnx (default: slim)")
     return parser
 
@@ -124,13 +153,17 @@ def main(args: list[str] | None = None) -> None:
     """``python -m td3_lightning export``: bad input is one ``error:`` line, exit status 2, nothing written."""
     try:
         ns = _parser().parse_args(args)
+        if ns.ckpt_path not in ("best", "last"):
+            check_checkpoint_file(ns.ckpt_path)  # before torch is imported
+        from td3_lightning.checkpointing import check_checkpoint, find_run_checkpoint
+
         ckpt = ns.ckpt_path
         if ckpt in ("best", "last"):
             ckpt = find_run_checkpoint({}, ckpt)
             print(f"checkpoint: {ckpt} (--ckpt_path {ns.ckpt_path})")
         check_checkpoint(ckpt)
         check_out(ckpt, ns.out, ns.overwrite)
-        out = EXPORTERS[ns.format](ckpt, ns.out)
+        out = export(ckpt, ns.out, ns.format)
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

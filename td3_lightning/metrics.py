@@ -6,10 +6,6 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import CatMetric, MeanMetric
 
-#: what every validation logs (``checkpoint.monitor`` takes these)
-VALIDATION_METRICS = ("val/return", "val/episode_length")
-
-
 class EpisodeMetrics(nn.Module):
     """``val/return``, ``val/episode_length`` and the ``test/*`` summary with each test episode."""
 

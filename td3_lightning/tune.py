@@ -36,15 +36,14 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import lightning as L
 import yaml
 
-from td3_lightning._lightning import cli_option_names
 from td3_lightning.commands import PROG, OneLineParser
 from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
 from td3_lightning.trainer_options import SEED_RANGE, check_folder_option
 
 if TYPE_CHECKING:
+    import lightning as L
     import optuna
 
 TUNE = f"{PROG} tune"
@@ -67,29 +66,6 @@ _SQLITE_TIMEOUT_S = 60  # processes sharing one SQLite file wait this long for e
 # errors of processes that create a new database's tables together (SQLite, PostgreSQL, MySQL wording)
 _RACES = ("already exists", "locked", "unique constraint", "duplicate key", "duplicate entry")
 _HEARTBEAT_S = 60  # a trial whose process died is marked failed after 2 missed heartbeats
-
-
-# ----------------------------------------------------------------------------- the pruning callback
-class ReportValReturn(L.Callback):
-    """Reports ``val/return`` to an Optuna trial at each validation (step = the training step)
-    and, when the pruner says so, stops training the way Lightning stops any run
-    (``trainer.should_stop``): the run's checkpoints and logs are written completely, and
-    :func:`run_trial` raises ``optuna.TrialPruned`` once ``fit`` has returned."""
-
-    def __init__(self, trial: optuna.Trial) -> None:
-        self.trial = trial
-        self.last_value: float | None = None
-        self.pruned_at: int | None = None
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking or METRIC not in trainer.callback_metrics:
-            return
-        value = float(trainer.callback_metrics[METRIC])
-        self.last_value = value
-        self.trial.report(value, step=trainer.global_step)
-        if self.trial.should_prune():
-            self.pruned_at = trainer.global_step
-            trainer.should_stop = True
 
 
 # ----------------------------------------------------------------------------- the search space
@@ -253,6 +229,8 @@ def dry_run(base: list[str]) -> None:
 
 
 def _fit_options(cli: Any) -> list[str]:
+    from td3_lightning._lightning import cli_option_names
+
     return sorted(o[2:] for o in cli_option_names(cli, []) if "." in o)
 
 
@@ -400,6 +378,8 @@ def run_trial(trial: optuna.Trial, base: list[str], space: dict[str, dict[str, A
     params = suggest(trial, space)
     folder = study_dir / f"trial_{trial.number}"
     print(f"trial {trial.number}: {_params_text(params)} -> {folder}", flush=True)
+    from td3_lightning.callbacks import ReportValReturn  # Lightning is imported when a trial runs
+
     report = ReportValReturn(trial)
     cli = _build_cli([*base, *as_args(params), "--trainer.default_root_dir", str(folder)], callbacks=[report])
     trial.set_user_attr("seed_everything", cli.config.get("seed_everything"))  # drawn when the config says true

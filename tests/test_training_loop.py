@@ -58,7 +58,7 @@ def test_validation_and_checkpoints_count_env_steps(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("*.ckpt")) == ["s120.ckpt", "s40.ckpt", "s80.ckpt"]
     assert trainer.callback_metrics["val/return"].item() == 20.0  # reward 1 for 20 steps
     # what checkpoint.monitor may name is what validation logs
-    from td3_lightning.metrics import VALIDATION_METRICS
+    from td3_lightning.trainer_options import VALIDATION_METRICS
 
     assert sorted(k for k in trainer.callback_metrics if k.startswith("val/")) == sorted(VALIDATION_METRICS)
 
