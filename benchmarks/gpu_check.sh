@@ -10,10 +10,19 @@
 # 3. car, walker2d: car.yaml and walker2d.yaml for 2000 training steps each, eager against cudagraphs.
 # Each part has its own time limit; one that fails is reported in the summary and the next one runs. The summary
 # (markdown, for benchmarks/README.md) is printed at the end and kept in summary.md beside each part's output.
+# On a machine without td3_lightning's dependencies (the device image has torch and Lightning, not gymnasium,
+# Box2D, MuJoCo or jsonargparse): run benchmarks/gpu_wheels.sh here first and carry .whl; they are installed
+# into /tmp/site below.
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-python -c 'import torch, sys; torch.cuda.is_available() or sys.exit("error: benchmarks/gpu_check.sh needs a CUDA device; torch sees none")' || exit 2
+site=""
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || { echo "error: installing .whl/ failed; rerun benchmarks/gpu_wheels.sh" >&2; exit 2; }
+    site=/tmp/site
+fi
+export PYTHONPATH="$PWD${site:+:$site}${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MUJOCO_GL=egl
+python3 -c 'import torch, sys; torch.cuda.is_available() or sys.exit("error: benchmarks/gpu_check.sh needs a CUDA device; torch sees none")' || exit 2
 out="${OUT:-gpu_check}"
 mkdir -p "$out"
 
@@ -21,7 +30,7 @@ summary="$out/summary.md"
 {
     echo "## GPU check of compile_mode cudagraphs (commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
     echo
-    python -c 'import torch, lightning; print(f"{torch.cuda.get_device_name()}, {torch.get_num_threads()} CPU threads, torch {torch.__version__} (CUDA {torch.version.cuda}), Lightning {lightning.__version__}")'
+    python3 -c 'import torch, lightning; print(f"{torch.cuda.get_device_name()}, {torch.get_num_threads()} CPU threads, torch {torch.__version__} (CUDA {torch.version.cuda}), Lightning {lightning.__version__}")'
     echo
 } > "$summary"
 
@@ -47,8 +56,8 @@ part() {  # part NAME LIMIT_SECONDS COMMAND...: run it, add its markdown (stdout
     } >> "$summary"
 }
 
-part tests 120 python -m pytest -q -rs -p no:cacheprovider tests/test_captured_update.py
-part lunar 210 python benchmarks/throughput.py --device cuda --steps 3000 --repeats 1 --skip sb3
-part car 75 python benchmarks/throughput.py --device cuda --configs car --config-steps 2000 --repeats 1
-part walker2d 75 python benchmarks/throughput.py --device cuda --configs walker2d --config-steps 2000 --repeats 1
+part tests 120 python3 -m pytest -q -rs -p no:cacheprovider tests/test_captured_update.py
+part lunar 210 python3 benchmarks/throughput.py --device cuda --steps 3000 --repeats 1 --skip sb3
+part car 75 python3 benchmarks/throughput.py --device cuda --configs car --config-steps 2000 --repeats 1
+part walker2d 75 python3 benchmarks/throughput.py --device cuda --configs walker2d --config-steps 2000 --repeats 1
 cat "$summary"
