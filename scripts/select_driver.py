@@ -62,11 +62,7 @@ def check_args(args: argparse.Namespace) -> None:
     """One-line errors for bad arguments, before anything is driven."""
     from td3_lightning.errors import UserInputError
 
-    first, stop = args.seeds
-    if first < 0 or stop <= first:
-        raise UserInputError(f"--seeds {first} {stop}: give a range A B of env seeds with 0 <= A < B (B excluded)")
-    if args.workers < 1:
-        raise UserInputError(f"--workers {args.workers}: give at least 1 process")
+    track_survey.check_seeds_and_workers(args.seeds, args.workers)
     for ckpt in args.ckpts:
         if not os.path.isfile(ckpt):
             raise UserInputError(f"checkpoint file not found: {ckpt}; pass existing .ckpt files to --ckpts")

@@ -409,15 +409,22 @@ def check_fit(ckpt: str, env_id: str, spec: Any) -> None:
                                  "give the --config the checkpoint was trained with")
 
 
+def check_seeds_and_workers(seeds: list[int], workers: int) -> None:
+    """One-line errors for a bad ``--seeds A B`` range or ``--workers`` count (this script's and select_driver's)."""
+    from td3_lightning.errors import UserInputError
+
+    first, stop = seeds
+    if first < 0 or stop <= first:
+        raise UserInputError(f"--seeds {first} {stop}: give a range A B of env seeds with 0 <= A < B (B excluded)")
+    if workers < 1:
+        raise UserInputError(f"--workers {workers}: give at least 1 process")
+
+
 def check_args(args: argparse.Namespace) -> None:
     """One-line errors for bad arguments, before anything is loaded."""
     from td3_lightning.errors import UserInputError
 
-    first, stop = args.seeds
-    if first < 0 or stop <= first:
-        raise UserInputError(f"--seeds {first} {stop}: give a range A B of env seeds with 0 <= A < B (B excluded)")
-    if args.workers < 1:
-        raise UserInputError(f"--workers {args.workers}: give at least 1 process")
+    check_seeds_and_workers(args.seeds, args.workers)
     if args.strips < 0:
         raise UserInputError(f"--strips {args.strips}: give 0 (no strips) or more")
     if not os.path.isfile(args.ckpt):
