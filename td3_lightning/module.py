@@ -24,7 +24,7 @@ from td3_lightning.extensions import ActorView, build_extensions, critic_view
 from td3_lightning.guards import check_finite_weights
 from td3_lightning.hparams import check_hparams
 from td3_lightning.metrics import EpisodeMetrics
-from td3_lightning.networks import build_networks
+from td3_lightning.networks import build_networks, trained_parameters
 from td3_lightning.random_stream import RandomStream
 from td3_lightning.samplers import lap_loss
 from td3_lightning.schedules import Schedules, run_length
@@ -53,6 +53,8 @@ class TD3(L.LightningModule):
         gamma: discount factor, in [0, 1].
         tau: Polyak rate of the target networks, in (0, 1] (1 = hard copy).
         target_update_every: hard copies into the targets every N training steps, not Polyak (>= 0; 0 = Polyak).
+        value_clipping: clamp the target's next value to the range of targets before the last hard update (TD7).
+        actor_q: the actor ascends the first critic's Q (first, TD3) or the mean of all (mean, TD7).
         policy_noise: std of the target-policy smoothing noise, relative to half the action range (>= 0).
         noise_clip: clip of that noise, relative to half the action range (>= 0).
         policy_freq: the actor and the targets are updated every policy_freq critic updates (>= 1).
@@ -80,10 +82,7 @@ class TD3(L.LightningModule):
     finite_check_every_step: bool | None = None
 
     def __init__(
-        self,
-        obs_shape: list[int],
-        action_low: list[float],
-        action_high: list[float],
+        self, obs_shape: list[int], action_low: list[float], action_high: list[float],  # the env's, linked by the CLI
         critic_obs_shape: list[int] | None = None,
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
         layer_norm: bool = False,
@@ -94,6 +93,8 @@ class TD3(L.LightningModule):
         gamma: float = 0.99,
         tau: float = 0.005,
         target_update_every: int = 0,
+        value_clipping: bool = False,
+        actor_q: str = "first",
         policy_noise: float = 0.2,
         noise_clip: float = 0.5,
         policy_freq: int = 2,
@@ -143,8 +144,8 @@ class TD3(L.LightningModule):
         eps = (noise * hp.policy_noise).clamp(-hp.noise_clip, hp.noise_clip) * scale  # target policy smoothing
         next_action = torch.clamp(self.actor_target(batch["next_obs"]) + eps, bias - scale, bias + scale)
         next_q = self.critic_target(critic_view(batch, next_obs=True), next_action).min(0).values  # clipped double Q
-        not_done = 1.0 - batch["terminated"].float()  # a time limit (truncated) still bootstraps
-        return batch["reward"] + batch.get("discount", hp.gamma) * not_done * next_q  # discount: n-step's gamma^m
+        not_done = 1.0 - batch["terminated"].float()  # a time limit (truncated) still bootstraps; discount: n-step's
+        return self.extensions.target_value(batch["reward"], batch.get("discount", hp.gamma) * not_done, next_q)
 
     def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on prioritised batches) and the Q values ``(critics, batch)``."""
@@ -156,11 +157,12 @@ class TD3(L.LightningModule):
         return td.pow(2).mean(dim=1).sum(), q
 
     def actor_loss(self, batch: dict[str, Tensor]) -> Tensor:
-        """``-mean Q_1(s, pi(s))`` with the critic's weights held fixed, plus the actor-loss terms."""
+        """``-mean Q_1(s, pi(s))`` (or of every Q_i) with the critic's weights held fixed, plus the actor-loss terms."""
         features = self.actor.features(batch["obs"])
         preactivation = self.actor.net(features)
         action = self.actor.squash(preactivation)
-        loss = -self.critic.q1(critic_view(batch), action, detach_params=True).mean()
+        critic = self.critic.q1 if self.hparams.actor_q == "first" else self.critic  # mean: TD7's actor
+        loss = -critic(critic_view(batch), action, detach_params=True).mean()
         view = ActorView(batch, features, preactivation, action, self.actor.action_scale)
         return self.extensions.actor_terms(loss, view, self.stats)  # e.g. the teacher's term
 
@@ -262,10 +264,7 @@ class TD3(L.LightningModule):
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         # the critic's first: its steps are the ones global_step counts; fused Adam on CPU and CUDA
         impl = {"fused": True} if self.device.type in ("cpu", "cuda") else {"foreach": True}
-        critic_params = [p for p in self.critic.parameters() if p.requires_grad]  # not a fixed (frozen) encoder
-        shared = {id(p) for p in self.critic.parameters()}  # an encoder shared with the critics is theirs to train
-        own = [*self.actor.parameters(), *self.extensions.actor_terms.parameters()]
-        actor_params = [p for p in own if id(p) not in shared]
+        critic_params, actor_params = trained_parameters(self.critic, self.actor, self.extensions.actor_terms)
         return [torch.optim.Adam(critic_params, lr=self.hparams.critic_lr, **impl),
                 torch.optim.Adam(actor_params, lr=self.hparams.actor_lr, **impl),
                 *(torch.optim.Adam(a.parameters(), lr=a.lr, **impl) for a in self.extensions.auxiliary_losses.values())]

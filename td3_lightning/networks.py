@@ -198,19 +198,22 @@ class CriticEnsemble(nn.Module):
             x = F.layer_norm(x, x.shape[-1:]) * gain + offset
         return self.activation(x)
 
-    def forward(self, obs: Tensor, action: Tensor) -> Tensor:
-        """All critics: ``(num_critics, batch)``."""
+    def forward(self, obs: Tensor, action: Tensor, detach_params: bool = False) -> Tensor:
+        """All critics: ``(num_critics, batch)``; with ``detach_params`` as in :meth:`q1`."""
         if self.normalizer is not None:
             obs = self.normalizer(obs)
         if self.input_layer is not None:
-            x = self.input_layer(obs, action)
+            x = self.input_layer(obs, action, detach_params=detach_params)
         else:
-            x = torch.cat([encode(self.encoder, obs), action], dim=-1).expand(self.num_critics, -1, -1)
+            x = torch.cat([encode(self.encoder, obs, detach=detach_params), action], dim=-1)
+            x = x.expand(self.num_critics, -1, -1)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            if detach_params:
+                w, b = w.detach(), b.detach()
             x = torch.baddbmm(b, x, w)
             if i < last:
-                x = self._hidden(x, i)
+                x = self._hidden(x, i, detach=detach_params)
         return x.squeeze(-1)
 
     def q1(self, obs: Tensor, action: Tensor, detach_params: bool = False) -> Tensor:
@@ -297,3 +300,12 @@ def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action
     critic = CriticEnsemble(critic_dim, action_dim, hidden_dims, num_critics, critic_encoder, layer_norm=layer_norm,
                             normalizer=norm)
     return Networks(actor, critic, normalizer=norm)
+
+
+def trained_parameters(critic: nn.Module, *actor_parts: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """The parameters the critic optimizer and the actor optimizer train: the critics' own (not a frozen fixed
+    encoder), and those of ``actor_parts`` that are not the critics' (an encoder shared with the critics is
+    theirs to train)."""
+    critic_params = [p for p in critic.parameters() if p.requires_grad]
+    shared = {id(p) for p in critic.parameters()}
+    return critic_params, [p for part in actor_parts for p in part.parameters() if id(p) not in shared]

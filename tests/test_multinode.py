@@ -144,4 +144,4 @@ def test_two_node_checkpoint_resumes_exactly(two_node_runs):
             assert torch.equal(replay_a[field], replay_b[field]), field
     assert _ranks(two_node_runs / "probe_a") == _ranks(two_node_runs / "probe_b")
     resumed = (two_node_runs / "b_resumed_node0.log").read_text()
-    assert "Restoring states from the checkpoint" in resumed and "resumed mid-episode" not in resumed
+    assert "Restored all states from the checkpoint" in resumed and "resumed mid-episode" not in resumed

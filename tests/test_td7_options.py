@@ -125,6 +125,62 @@ def test_a_sale_run_resumes_exactly(tmp_path):
         assert torch.equal(tensor, resumed.state_dict()[name]), name
 
 
+# ----------------------------------------------------------------------------- value clipping, the actor's Q
+def test_clipped_targets_keep_the_next_value_in_the_range_seen_before_the_last_refresh():
+    from td3_lightning.extensions.value_clipping import ClippedTargetValue
+
+    clip = ClippedTargetValue()
+    reward, discount = torch.tensor([1.0, -2.0]), torch.tensor([0.5, 0.5])
+    # before the first refresh the bounds are 0 and 0: the target is the reward
+    assert torch.equal(clip(reward, discount, torch.tensor([10.0, -10.0])), reward)
+    clip.refresh()  # the targets seen: 1 and -2
+    assert (clip.low.item(), clip.high.item()) == (-2.0, 1.0)
+    # next values clamped to [-2, 1]: 1 + 0.5 * 1, -2 + 0.5 * -2
+    assert torch.equal(clip(reward, discount, torch.tensor([10.0, -10.0])), torch.tensor([1.5, -3.0]))
+    assert (clip.low.item(), clip.high.item()) == (-2.0, 1.0)  # new bounds only at the next refresh
+    clip.refresh()
+    assert (clip.low.item(), clip.high.item()) == (-3.0, 1.5)
+    # a refresh with no target seen since the start keeps the bounds at 0
+    fresh = ClippedTargetValue()
+    fresh.refresh()
+    assert (fresh.low.item(), fresh.high.item()) == (0.0, 0.0)
+
+
+def test_value_clipping_takes_its_bounds_at_the_hard_target_updates_and_resumes_exactly(tmp_path):
+    kw = dict(target_update_every=10, value_clipping=True)
+    _, model, _, _ = _fit(tmp_path / "a", 25, **kw)
+    bounds = model.extensions.target_value
+    assert bounds.low.item() < bounds.high.item()  # bounds from the first 20 steps' targets
+    assert bounds.seen_low.item() <= bounds.low.item() and bounds.seen_high.item() >= bounds.high.item()
+    assert "extensions.target_value.low" in model.state_dict()
+    _, straight, _, _ = _fit(tmp_path / "s", 120, **kw)
+    _fit(tmp_path / "b", 60, every=60, **kw)  # a checkpoint at an episode's end: resumed exactly
+    _, resumed, _, _ = _fit(tmp_path / "b2", 120, ckpt_path=tmp_path / "b" / "s60.ckpt", **kw)
+    for name, tensor in straight.state_dict().items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+    with pytest.raises(UserInputError, match="model.value_clipping takes new bounds at each hard target update"):
+        make(value_clipping=True)
+
+
+def test_the_actor_ascends_the_mean_of_every_critic_with_actor_q_mean():
+    model = make(actor_q="mean", num_critics=3)
+    batch = batch_of()
+    loss = model.actor_loss(batch)
+    with torch.no_grad():
+        action = model.actor(batch["obs"])
+        q = model.critic(batch["obs"], action)  # (3, batch)
+    torch.testing.assert_close(loss, -q.mean())
+    loss.backward()
+    assert all(p.grad is None for p in model.critic.parameters())  # dQ/da only: the critics are held fixed
+    assert model.actor.net[0].weight.grad is not None
+    first = make(actor_q="first", num_critics=3)
+    with torch.no_grad():
+        q1 = first.critic.q1(batch["obs"], first.actor(batch["obs"]))
+    torch.testing.assert_close(first.actor_loss(batch), -q1.mean())
+    with pytest.raises(UserInputError, match="model.actor_q must be first or mean"):
+        make(actor_q="min")
+
+
 # ----------------------------------------------------------------------------- LAP
 def test_lap_loss_is_huber_at_one_summed_over_critics_and_averaged_over_the_batch():
     from td3_lightning.samplers import lap_loss

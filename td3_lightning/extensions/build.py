@@ -14,19 +14,23 @@ from td3_lightning.extensions.base import ActorTerms, BatchTransform, StepHook
 from td3_lightning.extensions.batch_transforms import NStepReturn, ObservationStatistics, RandomShift
 from td3_lightning.extensions.resets import NetworkResets
 from td3_lightning.extensions.sale import HardTargetUpdates, SALETraining
+from td3_lightning.extensions.value_clipping import ClippedTargetValue, TargetValue
 from td3_lightning.extensions.teacher import Teacher
 from td3_lightning.networks import Networks
 
 
 class Extensions(nn.Module):
     """The parts beyond the paper a module is built with, by seam: actor-loss terms and auxiliary losses
-    (modules: their parameters are trained and saved), batch transforms and step hooks."""
+    (modules: their parameters are trained and saved), batch transforms, step hooks, and how the critics'
+    target combines the reward with the next value (``target_value``: clipped with ``value_clipping``)."""
 
     def __init__(self, actor_terms: ActorTerms, auxiliary_losses: nn.ModuleDict,
-                 batch_transforms: list[BatchTransform], step_hooks: list[StepHook]) -> None:
+                 batch_transforms: list[BatchTransform], step_hooks: list[StepHook],
+                 target_value: TargetValue | None = None) -> None:
         super().__init__()
         self.actor_terms, self.auxiliary_losses = actor_terms, auxiliary_losses
         self.batch_transforms, self.step_hooks = batch_transforms, step_hooks
+        self.target_value = target_value or TargetValue()  # r + discount * next value (clipped: TD7)
 
     def transform(self, batch: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
         """``batch`` through every batch transform, in order."""
@@ -65,9 +69,11 @@ def build_extensions(hp: Mapping[str, Any], networks: Networks) -> Extensions:
     auxiliary = nn.ModuleDict()
     if networks.embedding is not None:
         auxiliary["embedding"] = SALETraining(networks.embedding, hp["embedding_lr"], networks.normalizer)
+    target_value = ClippedTargetValue() if hp.get("value_clipping") else TargetValue()
     if hp["target_update_every"]:
-        hooks.append(HardTargetUpdates(hp["target_update_every"], networks.fixed_embedding, networks.embedding))
-    return Extensions(terms, auxiliary, transforms, hooks)
+        hooks.append(HardTargetUpdates(hp["target_update_every"], networks.fixed_embedding, networks.embedding,
+                                       target_value))
+    return Extensions(terms, auxiliary, transforms, hooks, target_value)
 
 
 def check_extension_options(hp: Mapping[str, Any]) -> None:
@@ -89,6 +95,11 @@ def check_extension_options(hp: Mapping[str, Any]) -> None:
         (not hp["embedding_dim"] or hp["target_update_every"] > 0,
          "model.embedding_dim refreshes the fixed encoder at each hard target update: set "
          "model.target_update_every (TD7: 250)"),
+        (not hp.get("value_clipping") or hp["target_update_every"] > 0,
+         "model.value_clipping takes new bounds at each hard target update: set model.target_update_every "
+         "(TD7: 250)"),
+        (hp.get("actor_q", "first") in ("first", "mean"),
+         f"model.actor_q must be first or mean, got {hp.get('actor_q')!r}"),
     ]
     for ok, message in rules:
         if not ok:

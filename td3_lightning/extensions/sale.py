@@ -33,10 +33,11 @@ class SALETraining(AuxiliaryLoss):
 
 class HardTargetUpdates(StepHook):
     """Every ``every`` training steps: the targets become copies of their networks, then the fixed
-    encoder (if any) takes the trained encoder's weights (TD7's order)."""
+    encoder (if any) takes the trained encoder's weights and the value bounds the targets seen (TD7's order)."""
 
-    def __init__(self, every: int, fixed: FixedEncoder | None = None, encoder: SALEEncoder | None = None) -> None:
-        self.every, self.fixed, self.encoder = int(every), fixed, encoder
+    def __init__(self, every: int, fixed: FixedEncoder | None = None, encoder: SALEEncoder | None = None,
+                 target_value: Any = None) -> None:
+        self.every, self.fixed, self.encoder, self.target_value = int(every), fixed, encoder, target_value
 
     def before_step(self, module: Any, step: int) -> None:
         if step == 0 or step % self.every:
@@ -47,3 +48,5 @@ class HardTargetUpdates(StepHook):
                     t.copy_(o)
         if self.fixed is not None and self.encoder is not None:
             self.fixed.refresh(self.encoder)
+        if self.target_value is not None:  # value clipping: the targets seen so far bound the next ones
+            self.target_value.refresh()
