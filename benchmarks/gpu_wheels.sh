@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # The packages td3_lightning needs beyond a GPU machine's image (which has torch, Lightning, numpy, PyYAML,
-# tensorboard, torchmetrics, matplotlib): downloaded here as Python 3.12 manylinux wheels into .whl/ (ignored by
-# git), to travel with the working tree. benchmarks/gpu_check.sh installs them when .whl/ is there.
+# tensorboard, torchmetrics, matplotlib): downloaded here as Python 3.12 manylinux wheels into .whl/ (in
+# .gitignore: name it in the device call's carry). benchmarks/gpu_check.sh installs them when .whl/ is there.
 #
 #   bash benchmarks/gpu_wheels.sh      # here, once; then carry .whl to the GPU machine
 set -eu
 cd "$(dirname "$0")/.."
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> "$(git rev-parse --git-common-dir)/info/exclude"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl \
