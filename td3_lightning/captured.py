@@ -64,8 +64,7 @@ class CapturedUpdate:
     eager_on_cpu = False  # True: on the CPU compile_mode cudagraphs runs this update eagerly (tests), not refused
 
     def __init__(self, module: Any, optimizers: Sequence[torch.optim.Optimizer], capture: bool) -> None:
-        if len(module.extensions.auxiliary_losses):
-            raise UserInputError(_unsupported("SALE's encoder update", "model.embedding_dim", "model.embedding_dim 0"))
+        check_capture_options({**module.hparams, "compile_mode": "cudagraphs"})  # what it cannot capture (SALE)
         self.module, self.capture, self.device = module, capture, module.device
         self.critic_optimizer, self.actor_optimizer = optimizers
         for optimizer in optimizers:

@@ -451,6 +451,26 @@ def cli_kwargs() -> dict[str, Any]:
     }
 
 
+class _ParsersBuilt(Exception):
+    """Carries the command line object out of its constructor once its parsers are set up."""
+
+
+class _ParsersOnly(TD3CLI):
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        raise _ParsersBuilt(self)
+
+
+def parser_only_cli(subcommand: str | None = None) -> TD3CLI:
+    """The command line with its parsers set up and nothing parsed, seeded or built (for ``--help`` texts and
+    tests): with ``subcommand`` the parsers of the Trainer subcommands, without it the one parser of ``run=False``."""
+    try:
+        _ParsersOnly(TD3, ReplayDataModule, args=[subcommand] if subcommand else [], run=subcommand is not None,
+                     **cli_kwargs())
+    except _ParsersBuilt as built:
+        return built.args[0]
+    raise AssertionError("TD3CLI parsed its arguments without calling parse_arguments")
+
+
 def _end_process_group() -> None:
     """Destroy a DDP process group before the interpreter exits: left to interpreter shutdown, its
     communication threads can abort the process after a finished run (std::terminate)."""

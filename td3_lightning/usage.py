@@ -10,7 +10,6 @@ current; ``python -m td3_lightning.usage`` rewrites it.
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +97,9 @@ def _parser_options() -> tuple[dict[str, str], Any]:
     """Every ``--option`` of the command line -> its help text, and the parser's defaults (the
     Trainer subcommands share them: only ``--ckpt_path`` differs, which :data:`CKPT_PATH` describes)."""
     from td3_lightning import _lightning
-    from td3_lightning.cli import TD3CLI, cli_kwargs
-    from td3_lightning.data import ReplayDataModule
-    from td3_lightning.module import TD3
+    from td3_lightning.cli import parser_only_cli
 
-    class _ParserOnly(TD3CLI):
-        def instantiate_classes(self) -> None:
-            pass
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # constructing the CLI seeds, and says so
-        cli = _ParserOnly(TD3, ReplayDataModule, args=[], run=False, **cli_kwargs())
+    cli = parser_only_cli()
     options = {name: help_text for name, (_, help_text) in _lightning.cli_option_types(cli, []).items()}
     return options, cli.parser.get_defaults()
 

@@ -32,7 +32,7 @@ from conftest import quiet_trainer
 
 from td3_lightning import _lightning
 from td3_lightning.__main__ import main
-from td3_lightning.cli import CONFIG_DIR, TD3CLI, cli_kwargs
+from td3_lightning.cli import CONFIG_DIR, parser_only_cli
 from td3_lightning.data import ReplayDataModule
 from td3_lightning.module import TD3
 
@@ -124,21 +124,9 @@ OMIT = None  # a required option left out
 
 
 # ------------------------------------------------------------------------------ the options, read from the parsers
-class _Built(Exception):
-    """Carries the command line object out of its constructor once the parsers are set up."""
-
-
-class _OptionsOnly(TD3CLI):
-    def parse_arguments(self, parser: Any, args: Any) -> None:  # the parsers are set up: nothing is parsed
-        raise _Built(self)
-
-
 def subcommand_options(subcommand: str) -> dict[str, tuple[Any, str]]:
     """``name`` (without dashes) -> (type hint, help) of every option of ``subcommand``'s parser."""
-    try:
-        _OptionsOnly(TD3, ReplayDataModule, args=[subcommand], **cli_kwargs())
-    except _Built as built:
-        cli = built.args[0]
+    cli = parser_only_cli(subcommand)
     options = _lightning.cli_option_types(cli, [subcommand])
     return {o[2:]: th for o, th in options.items() if not o.endswith(("+", ".help"))}
 

@@ -316,3 +316,9 @@ def test_a_captured_fit_resumes_exactly_from_last_ckpt(tmp_path):
     assert isinstance(straight[0]._compiled, CapturedUpdate) and straight[0]._compiled._graphs is not None
     fit(60, save_to=tmp_path)
     _assert_same(straight, fit(120, ckpt_path=tmp_path / "last.ckpt"))
+
+
+def test_the_captured_update_refuses_a_module_with_sale_embeddings_whatever_its_mode():
+    sale = _module(embedding_dim=8, target_update_every=250)  # built eagerly: compile_mode none
+    with pytest.raises(UserInputError, match=r"SALE's encoder update \(model.embedding_dim 8\)"):
+        CapturedUpdate(sale, sale.configure_optimizers(), capture=False)
