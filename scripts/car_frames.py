@@ -32,7 +32,7 @@ def main() -> None:
 
     def policy(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return model.actor(torch.as_tensor(obs).unsqueeze(0))[0].numpy()
+            return model.policy(torch.as_tensor(obs).unsqueeze(0))[0].numpy()
 
     frames: list[np.ndarray] = []
     stats = run_episode(env, policy, args.seed, frames)

@@ -174,7 +174,7 @@ def load_policy(ckpt: str) -> Policy:
 
     def policy(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return model.actor(torch.as_tensor(obs).unsqueeze(0))[0].numpy()
+            return model.policy(torch.as_tensor(obs).unsqueeze(0))[0].numpy()
 
     return policy
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from td3_lightning.distributed import device_count
 from td3_lightning.errors import UserInputError
 
 #: eager updates run (and undone) before a capture: they create Adam's state and settle lazy initialisations
@@ -253,7 +254,7 @@ def check_capture_options(model: Mapping[str, Any], data: Mapping[str, Any] | No
         raise UserInputError(f"model.compile_mode cudagraphs captures the update on one device, not distributed "
                              f"({where}); use model.compile_mode none")
     devices = trainer.get("devices") or "auto"
-    if _device_count(devices, cuda) > 1:
+    if device_count(devices, cuda) > 1:
         raise UserInputError(f"model.compile_mode cudagraphs captures the update on one device (trainer.devices "
                              f"{devices}): set trainer.devices 1, or use model.compile_mode none with several")
     precision = trainer.get("precision")
@@ -262,15 +263,3 @@ def check_capture_options(model: Mapping[str, Any], data: Mapping[str, Any] | No
                              "use model.compile_mode none")
     if isinstance(accelerator, str) and not cuda:
         raise UserInputError(CPU_MESSAGE)
-
-
-def _device_count(devices: Any, cuda: bool) -> int:
-    """How many devices ``trainer.devices`` asks for (``auto`` and -1: every GPU on CUDA, one CPU process)."""
-    if isinstance(devices, (list, tuple)):
-        return len(devices)
-    text = str(devices).strip()
-    if text in ("auto", "-1"):
-        return torch.cuda.device_count() if cuda else 1
-    if "," in text:
-        return len([d for d in text.split(",") if d.strip()])
-    return int(text) if text.lstrip("-").isdigit() else 1

@@ -29,6 +29,7 @@ from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
 from td3_lightning.callbacks import RLProgressBar, TestReport, check_progress_bar_options
 from td3_lightning.captured import check_capture_options
+from td3_lightning.distributed import requested_processes
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
@@ -40,6 +41,7 @@ from td3_lightning.checkpointing import (
 from td3_lightning.data import ReplayDataModule, check_data_options
 from td3_lightning.envs import make_env
 from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
+from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
 from td3_lightning.extensions.teacher import check_teacher
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.hparams import check_model_files, check_model_options
@@ -224,12 +226,13 @@ class TD3CLI(LightningCLIHooks):
             )
 
     def before_instantiate_classes(self) -> None:
-        """What ``model.compile_mode cudagraphs`` needs (:func:`check_capture_options`), checked for ``fit`` (and
+        """What ``model.compile_mode cudagraphs`` and ``model.policy_checkpoints`` need, checked for ``fit`` (and
         tune's trials) before any env is made or anything is written."""
         if self.subcommand in ("fit", None):  # None: tune's trials (run=False)
-            check_capture_options(cli_config_value(self, self.config, "model", default={}) or {},
-                                  cli_config_value(self, self.config, "data", default={}) or {},
-                                  cli_config_value(self, self.config, "trainer", default={}) or {})
+            model, data, trainer = (cli_config_value(self, self.config, group, default={}) or {}
+                                    for group in ("model", "data", "trainer"))
+            check_capture_options(model, data, trainer)
+            check_policy_checkpoint_options(model, data, requested_processes(trainer))
 
     def instantiate_classes(self) -> None:
         """A Trainer or callback argument that Lightning refuses while they are built (nothing is

@@ -365,9 +365,9 @@ class ReplayDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------- evaluation streams
     def policy(self) -> Policy:
-        """Deterministic action of the trainer's current actor, as numpy."""
+        """Deterministic action of the trainer's current policy (the actor, or its checkpoint), as numpy."""
         module = self.trainer.lightning_module
-        actor = module.actor
+        actor = module.policy
 
         def act(obs: np.ndarray) -> np.ndarray:
             with torch.no_grad():

@@ -9,6 +9,7 @@ rank: rank 0's at the top level, as in a single-process checkpoint, and the othe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -75,3 +76,23 @@ def without_reducer_sync(trainer: L.Trainer) -> None:
     model = trainer.model
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         model.require_backward_grad_sync = False
+
+
+def device_count(devices: Any, cuda: bool) -> int:
+    """How many devices ``trainer.devices`` asks for (``auto`` and -1: every GPU on CUDA, one CPU process)."""
+    if isinstance(devices, (list, tuple)):
+        return len(devices)
+    text = str(devices).strip()
+    if text in ("auto", "-1"):
+        return torch.cuda.device_count() if cuda else 1
+    if "," in text:
+        return len([d for d in text.split(",") if d.strip()])
+    return int(text) if text.lstrip("-").isdigit() else 1
+
+
+def requested_processes(trainer: Mapping[str, Any]) -> int:
+    """How many processes parsed ``trainer`` options ask for: devices (:func:`device_count`) times nodes."""
+    accelerator = trainer.get("accelerator") or "auto"
+    cuda = isinstance(accelerator, str) and accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    nodes = trainer.get("num_nodes") or 1
+    return device_count(trainer.get("devices") or "auto", cuda) * (nodes if isinstance(nodes, int) else 1)

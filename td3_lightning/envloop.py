@@ -41,9 +41,13 @@ class EnvLoop(L.Callback):
     observations of every reset and step (``info["privileged_obs"]``) are stored beside the
     transitions.
 
+    With ``model.policy_checkpoints`` it collects whole assessments (:mod:`~td3_lightning.extensions.policy_checkpoints`):
+    episodes of one policy with no update between them; the training steps then catch up.
+
     Logged at the end of every episode: ``train/episode_return``, ``train/episode_length``,
-    ``train/episodes``, ``train/env_steps`` (all transitions, warm-up included) and
-    ``perf/env_steps_per_sec``.
+    ``train/episodes``, ``train/env_steps`` (all transitions, warm-up included),
+    ``perf/env_steps_per_sec``, and with policy checkpoints ``train/checkpoint_return`` (the checkpoint's
+    worst assessed return) and ``train/checkpoints`` (how many were taken).
     """
 
     def __init__(self) -> None:
@@ -111,12 +115,19 @@ class EnvLoop(L.Callback):
             _lightning.count_extra_batches(trainer, batch.steps - 1)
 
     def collect(self, trainer: L.Trainer, pl_module: Any) -> None:
-        """The env steps due before the next training step (``global_step + 1``)."""
+        """The env steps due before the next training step (``global_step + 1``); with policy checkpoints, the
+        whole assessment they start (no update runs while one is in progress)."""
         dm = trainer.datamodule
         target = math.ceil((trainer.global_step + 1) / dm.utd_ratio - 1e-9)
-        while self.train_transitions < target:
+        checkpoint = getattr(pl_module, "policy_checkpoint", None)
+        while self.train_transitions < target or (checkpoint is not None and self._assessing(checkpoint)):
             self._step(dm, self._explore(pl_module), trainer)
             self.train_transitions += self.num_envs
+
+    def _assessing(self, checkpoint: Any) -> bool:
+        """An episode is in progress, or the assessment wants another."""
+        assert self._lengths is not None and self._needs_reset is not None
+        return bool(self._lengths[0] > 0 and not self._needs_reset[0]) or checkpoint.assessing
 
     # ------------------------------------------------------------- acting
     def _random_actions(self) -> np.ndarray:
@@ -201,6 +212,9 @@ class EnvLoop(L.Callback):
             self.last_episode_return = float(self._returns[i])
             self.recent_returns.append(self.last_episode_return)
             if trainer is not None:
+                module = trainer.lightning_module
+                if getattr(module, "policy_checkpoint", None) is not None:  # the episode assessed the actor
+                    module.policy_checkpoint.episode_end(self._returns[i], module.actor, trainer.global_step)
                 self._log_episode(trainer, float(self._returns[i]), int(self._lengths[i]))
         self._needs_reset |= done
 
@@ -238,6 +252,9 @@ class EnvLoop(L.Callback):
             "train/episodes": float(self.episodes),
             "train/env_steps": float(self.env_steps),
         }
+        checkpoint = getattr(trainer.lightning_module, "policy_checkpoint", None)
+        if checkpoint is not None:
+            metrics.update(checkpoint.metrics())
         if self._clock is not None and now > self._clock[0]:
             metrics["perf/env_steps_per_sec"] = (self.env_steps - self._clock[1]) / (now - self._clock[0])
         self._clock = (now, self.env_steps)

@@ -49,7 +49,7 @@ def _actor_and_example(src: str | Path) -> tuple[torch.nn.Module, Tensor]:
 
     check_checkpoint(src)
     model = TD3.load_from_checkpoint(src, map_location="cpu")
-    return model.actor.eval().requires_grad_(False), torch.zeros(2, *model.hparams.obs_shape)
+    return model.policy.eval().requires_grad_(False), torch.zeros(2, *model.hparams.obs_shape)
 
 
 def export_torchscript(src: str | Path, out: str | Path) -> Path:

@@ -21,6 +21,7 @@ from td3_lightning import checkpointing
 from td3_lightning.distributed import without_reducer_sync
 from td3_lightning.errors import NonFiniteError
 from td3_lightning.extensions import ActorView, build_extensions, critic_view
+from td3_lightning.extensions.policy_checkpoints import policy_checkpoint
 from td3_lightning.guards import check_finite_weights
 from td3_lightning.hparams import check_hparams
 from td3_lightning.metrics import EpisodeMetrics
@@ -55,6 +56,9 @@ class TD3(L.LightningModule):
         target_update_every: hard copies into the targets every N training steps, not Polyak (>= 0; 0 = Polyak).
         value_clipping: clamp the target's next value to the range of targets before the last hard update (TD7).
         actor_q: the actor ascends the first critic's Q (first, TD3) or the mean of all (mean, TD7).
+        policy_checkpoints: evaluate, test and export the policy with the best worst training episode (TD7).
+        checkpoint_episodes: episodes a policy is assessed on from checkpoint_after on (>= 1).
+        checkpoint_after: training steps of one-episode assessments before checkpoint_episodes (>= 0).
         policy_noise: std of the target-policy smoothing noise, relative to half the action range (>= 0).
         noise_clip: clip of that noise, relative to half the action range (>= 0).
         policy_freq: the actor and the targets are updated every policy_freq critic updates (>= 1).
@@ -87,31 +91,24 @@ class TD3(L.LightningModule):
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
         layer_norm: bool = False,
         normalize_obs: bool = False,
-        embedding_dim: int = 0,
-        embedding_lr: float = 3e-4,
+        embedding_dim: int = 0, embedding_lr: float = 3e-4,
         num_critics: int = 2,
-        gamma: float = 0.99,
-        tau: float = 0.005,
+        gamma: float = 0.99, tau: float = 0.005,
         target_update_every: int = 0,
         value_clipping: bool = False,
         actor_q: str = "first",
-        policy_noise: float = 0.2,
-        noise_clip: float = 0.5,
-        policy_freq: int = 2,
+        policy_checkpoints: bool = False, checkpoint_episodes: int = 20, checkpoint_after: int = 750000,
+        policy_noise: float = 0.2, noise_clip: float = 0.5, policy_freq: int = 2,
         exploration_noise: float = 0.1,
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
+        actor_lr: float = 3e-4, critic_lr: float = 3e-4,
         exploration_noise_final: float | None = None,
         lr_final_factor: float = 1.0,
         schedule_steps: int | None = None,
         preactivation_penalty: float = 0.0,
         reset_steps: list[int] = [],  # noqa: B006 - list default shows in --help
-        encoder: str = "auto",
-        encoder_features: int = 50,
-        shared_encoder: bool = True,
+        encoder: str = "auto", encoder_features: int = 50, shared_encoder: bool = True,
         state_prediction: float = 0.0,
-        teacher: str | None = None,
-        teacher_weight: float = 1.0,
+        teacher: str | None = None, teacher_weight: float = 1.0,
         random_shift: int = 0,
         flush_denormal: bool = True,
         compile_mode: str = "none",
@@ -127,6 +124,7 @@ class TD3(L.LightningModule):
         self.actor, self.critic = networks.actor, networks.critic
         self.extensions = build_extensions(self.hparams, networks)  # what is beyond the paper, by seam
         self.actor_target, self.critic_target = networks.targets()  # frozen copies
+        self.policy_checkpoint = policy_checkpoint(self.actor, self.hparams)  # TD7's (None when off)
         self.schedules = Schedules(exploration_noise, exploration_noise_final, lr_final_factor, schedule_steps)
         self.num_critic_updates = self.num_actor_updates = 0
         self.random_stream = RandomStream()  # target noise, shifts, reset seeds; saved in checkpoints
@@ -235,6 +233,10 @@ class TD3(L.LightningModule):
 
     def act(self, obs: Tensor) -> Tensor:  # the actor's action for exploration (one CUDA graph with cudagraphs)
         return getattr(self._compiled, "act", self.actor)(obs)
+
+    @property
+    def policy(self) -> torch.nn.Module:  # what validation, test and export run: the actor or its checkpoint
+        return self.actor if self.policy_checkpoint is None else self.policy_checkpoint.actor
 
     # ------------------------------------------------------------------ the guard, evaluation (a batch is an episode)
     def check_finite(self, state_dict: dict[str, Tensor] | None = None, action: str = "") -> None:

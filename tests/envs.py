@@ -93,6 +93,14 @@ class TwoActionEnv(ConstantRewardEnv):
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
 
+class ActionRewardEnv(ConstantRewardEnv):
+    """ConstantRewardEnv whose reward is the action: an episode's return is the sum of its actions."""
+
+    def step(self, action):
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, float(np.asarray(action).reshape(-1)[0]), terminated, truncated, info
+
+
 class NonFiniteEnv(ConstantRewardEnv):
     """ConstantRewardEnv whose ``bad_at``-th step (counted over the instance's lifetime, 1-based)
     returns ``value`` as the reward (``field="reward"``) or in the observation (``field="obs"``),
@@ -139,6 +147,7 @@ class NoDisplayEnv(ConstantRewardEnv):
 def register() -> None:
     for name, cls in [
         ("ConstantReward-v0", ConstantRewardEnv),
+        ("ActionReward-v0", ActionRewardEnv),
         ("Counting-v0", CountingEnv),
         ("EnvSteps-v0", EnvStepsEnv),
         ("DiscreteAction-v0", DiscreteActionEnv),

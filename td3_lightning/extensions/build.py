@@ -100,6 +100,10 @@ def check_extension_options(hp: Mapping[str, Any]) -> None:
          "(TD7: 250)"),
         (hp.get("actor_q", "first") in ("first", "mean"),
          f"model.actor_q must be first or mean, got {hp.get('actor_q')!r}"),
+        (hp.get("checkpoint_episodes", 20) >= 1,
+         f"model.checkpoint_episodes must be >= 1, got {hp.get('checkpoint_episodes')}"),
+        (hp.get("checkpoint_after", 0) >= 0,
+         f"model.checkpoint_after must be >= 0 training steps, got {hp.get('checkpoint_after')}"),
     ]
     for ok, message in rules:
         if not ok:
