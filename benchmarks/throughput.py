@@ -213,6 +213,7 @@ OPTIONS = {
     "td3_lightning + SALE (embedding_dim 256)": lambda n, d: run_td3_lightning(
         n, d, ("--model.embedding_dim", "256", "--model.target_update_every", "250")),
     "td3_lightning + LAP sampler": lambda n, d: run_td3_lightning(n, d, ("--data.sampler", "lap")),
+    "td3_lightning + policy_checkpoints": lambda n, d: run_td3_lightning(n, d, ("--model.policy_checkpoints", "true")),
     "td3_lightning + TD7 set (SALE, LAP)": lambda n, d: run_td3_lightning(
         n, d, ("--model.embedding_dim", "256", "--model.target_update_every", "250", "--data.sampler", "lap")),
 }
