@@ -61,9 +61,10 @@ class RecordCollection(Callback):
         self.seen.append((trainer.global_step, loop.train_transitions))
 
 
-def _fit(root, max_steps: int, ckpt_path=None, every: int | None = None, **model_kw):
+def _fit(root, max_steps: int, ckpt_path=None, every: int | None = None, steps_per_batch: int = 1, **model_kw):
     L.seed_everything(7)
-    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=500, eval_episodes=1)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=500, eval_episodes=1,
+                          steps_per_batch=steps_per_batch)
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], actor_lr=1e-3, critic_lr=1e-3,
                 policy_checkpoints=True, exploration_noise=0.5, **model_kw)
     loop, record = EnvLoop(), RecordCollection()
@@ -111,6 +112,13 @@ def test_a_resume_between_assessments_continues_exactly(tmp_path):
     for name, tensor in state_a.items():
         assert torch.equal(tensor, state_b[name]), name
     assert torch.equal(dm_a.buffer.reward, dm_b.buffer.reward)
+
+
+def test_chunks_of_training_steps_train_the_same(tmp_path):
+    _, one, _, _, _ = _fit(tmp_path / "a", 100)
+    _, chunked, _, _, _ = _fit(tmp_path / "b", 100, steps_per_batch=8)
+    for name, tensor in one.state_dict().items():
+        assert torch.equal(tensor, chunked.state_dict()[name]), name
 
 
 def test_off_the_policy_is_the_actor_and_nothing_more_is_saved():
