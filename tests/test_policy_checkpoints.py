@@ -121,6 +121,28 @@ def test_chunks_of_training_steps_train_the_same(tmp_path):
         assert torch.equal(tensor, chunked.state_dict()[name]), name
 
 
+def test_from_checkpoint_after_an_assessment_drives_several_episodes(tmp_path):
+    _, model, _, _, record = _fit(tmp_path, 120, checkpoint_after=40, checkpoint_episodes=3)
+    assert record.seen[:40] == [(k, 20 * (k // 20 + 1)) for k in range(40)]  # one episode each up to step 40
+    collected = sorted({t for _, t in record.seen})
+    assert all(t % 20 == 0 for t in collected) and all(t > k for k, t in record.seen)
+    steps = [b - a for a, b in zip(collected, collected[1:])]
+    assert max(steps) > 20  # an assessment of more than one episode (3, or fewer where one fell below the bar)
+    assert bool(model.policy_checkpoint.late)
+
+
+def test_a_fresh_checkpoint_passes_the_finite_check_and_a_reset_keeps_it(tmp_path):
+    _, model, _, _, _ = _fit(tmp_path, 40)
+    model.check_finite()  # the starting bar is finite: validation before the first checkpoint runs
+    fresh = TD3([2], [-1.0], [1.0], hidden_dims=[8], policy_checkpoints=True)
+    fresh.check_finite()
+    kept = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("policy_checkpoint.")}
+    _, reset, _, _, _ = _fit(tmp_path / "reset", 40, reset_steps=[30])  # the same run, reset after step 30
+    for name, tensor in kept.items():
+        assert torch.equal(tensor, reset.state_dict()[name]), name  # the copy and its bar survive the reset
+    assert not torch.equal(model.actor.net[0].weight, reset.actor.net[0].weight)  # the actor was redrawn
+
+
 def test_off_the_policy_is_the_actor_and_nothing_more_is_saved():
     model = TD3([2], [-1.0], [1.0], hidden_dims=[8])
     assert model.policy is model.actor and model.policy_checkpoint is None
@@ -137,6 +159,14 @@ def test_several_envs_or_processes_are_refused(data, devices, message):
     with pytest.raises(UserInputError, match=message):
         check_policy_checkpoint_options({"policy_checkpoints": True}, data, devices)
     check_policy_checkpoint_options({"policy_checkpoints": False}, data, devices)  # off: nothing to refuse
+
+
+def test_the_env_loop_refuses_several_envs_from_python():
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=100, num_envs=2)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8], policy_checkpoints=True)
+    with pytest.raises(UserInputError, match=r"^model.policy_checkpoints assesses the episodes of one env"):
+        quiet_trainer(max_steps=10, callbacks=[EnvLoop()]).fit(model, dm)
 
 
 def test_the_command_line_refuses_several_envs_before_writing_anything(tmp_path):

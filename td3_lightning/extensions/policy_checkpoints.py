@@ -36,7 +36,8 @@ class PolicyCheckpoint(nn.Module):
         super().__init__()
         self.actor = copy.deepcopy(actor).requires_grad_(False).eval()
         self.episodes, self.after = episodes, after
-        self.register_buffer("best", torch.tensor(-math.inf, dtype=torch.float64))  # the checkpoint's worst return
+        # the checkpoint's worst return; the lowest finite number at first, so the first assessment is kept
+        self.register_buffer("best", torch.tensor(torch.finfo(torch.float64).min, dtype=torch.float64))
         self.register_buffer("late", torch.tensor(False))  # assessments of `episodes` episodes from now on
         self.register_buffer("taken", torch.zeros((), dtype=torch.int64))  # checkpoints taken
         self._worst, self._assessed = math.inf, 0  # of the assessment in progress
@@ -85,7 +86,7 @@ def policy_checkpoint(actor: nn.Module, hp: Mapping[str, Any]) -> PolicyCheckpoi
 def check_policy_checkpoint_options(model: Mapping[str, Any], data: Mapping[str, Any] | None = None,
                                     devices: int = 1) -> None:
     """One :class:`UserInputError` line for what ``model.policy_checkpoints`` cannot assess: several envs or
-    processes (their episodes would assess different policies)."""
+    processes (an assessment follows the episodes of one env)."""
     if not model.get("policy_checkpoints"):
         return
     num_envs = (data or {}).get("num_envs") or 1

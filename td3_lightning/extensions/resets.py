@@ -28,10 +28,13 @@ class NetworkResets(StepHook):
         if step in self.steps:
             reset_networks(module)
 
+#: what a reset keeps: the policy checkpoint and the return it was assessed on
+KEPT = ("policy_checkpoint.",)
+
 
 def reset_networks(module: Any) -> None:
     """Fresh weights for the actor, the critics and their targets, as a new module would draw them,
-    and zeroed Adam states.
+    and zeroed Adam states; a policy checkpoint (``model.policy_checkpoints``) is kept.
 
     The weights are copied into the existing tensors, so optimizers and compiled steps keep working
     on them. The fresh module is built from the saved hyperparameters. Its seed comes from the
@@ -47,7 +50,7 @@ def reset_networks(module: Any) -> None:
     mine, new = module.state_dict(), fresh.state_dict()
     with torch.no_grad():
         for name, tensor in mine.items():
-            if name in new and tensor.is_floating_point():
+            if name in new and tensor.is_floating_point() and not name.startswith(KEPT):
                 tensor.copy_(new[name])
     for optimizer in module.optimizers():
         for state in optimizer.optimizer.state.values():
