@@ -696,32 +696,6 @@ def test_recovery_starts_is_a_fraction_of_resets_and_off_by_default():
         CarRacingState(recovery_start_offset=-1.0)
 
 
-
-def test_rest_stops_bring_the_car_to_rest_where_it_drives_and_are_off_by_default():
-    def drive(env, steps=60):
-        env.reset(seed=4)
-        seen = []
-        for _ in range(steps):
-            obs, _, terminated, truncated, info = env.step(np.array([0.0, 0.7], np.float32))
-            seen.append((obs.copy(), info.get("rest_stop", False), env.car.hull.position.copy()))
-            if terminated or truncated:
-                break
-        return seen
-
-    always = CarRacingState(action_mode="steer_throttle", action_repeat=2, rest_stops=1.0)
-    for obs, stopped, _ in drive(always):  # every step ends with the car standing where the step took it
-        assert stopped and always._at_rest() and obs[0] == 0.0  # feature 0: the hull's forward speed
-        assert all(w.omega == 0.0 for w in always.car.wheels) and always.car.hull.angularVelocity == 0.0
-    plain = drive(CarRacingState(action_mode="steer_throttle", action_repeat=2))
-    zero = drive(CarRacingState(action_mode="steer_throttle", action_repeat=2, rest_stops=0.0))
-    assert all(np.array_equal(a[0], b[0]) and not b[1] for a, b in zip(plain, zero))  # off: the same drive
-    assert plain[-1][0][0] > 0.2  # a car at gas 0.7 for 60 steps is fast; one stopped every step is not
-    some = drive(CarRacingState(action_mode="steer_throttle", action_repeat=2, rest_stops=0.1), steps=200)
-    assert 8 <= sum(stopped for _, stopped, _ in some) <= 35
-    with pytest.raises(ValueError, match=r"rest_stops must be a probability in \[0, 1\]"):
-        CarRacingState(rest_stops=-0.1)
-
-
 # ---------------------------------------------------------------- render
 def test_rgb_render_and_no_drawing_without_render_mode():
     env = gym.make(ENV_ID, render_mode="rgb_array")

@@ -15,7 +15,7 @@ frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty`` / ``off_road_open_lap``,
 ``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames``, ``max_rest_frames``,
-``charge_time_left``, ``recovery_starts`` and ``rest_stops``, all off by default.
+``charge_time_left`` and ``recovery_starts``, all off by default.
 
 Conventions
 -----------
@@ -297,17 +297,6 @@ class CarRacingState(CarRacing):
             on the centre line, pointing along the lap).  Why: a driver that
             stopped on the road in front of a bend never saw such a state in
             training, and its critic there values braking over driving on.
-        rest_stops: TRAINING AID, changes the episode.  0.0 (default) =
-            CarRacing's physics.  A probability P: at the end of each agent
-            step that does not end the episode, with probability P (from the
-            env RNG) the car is brought to rest where it is (hull and wheels
-            still, heading kept), and the step's observation shows it at rest.
-            Why: a driver that brakes to a standstill on the road before a
-            bend stays there, since its critic values braking over driving on
-            at rest, a state training shows about once an episode at most
-            (``recovery_starts``); stops put the car at rest where the policy
-            itself drives, before bends included, so what it does there (drive
-            on, or stand until ``max_stall_frames`` ends the lap) is learned.
         lap_complete_percent: fraction of tiles that must be visited before
             touching the start tile completes the lap (CarRacing's option).
         domain_randomize: CarRacing's colour randomisation (only affects
@@ -358,7 +347,6 @@ class CarRacingState(CarRacing):
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
         recovery_start_angle: float = 180.0,
-        rest_stops: float = 0.0,
         lap_complete_percent: float = 0.95,
         domain_randomize: bool = False,
         max_episode_frames: int | None = CAR_RACING_MAX_FRAMES,
@@ -404,8 +392,6 @@ class CarRacingState(CarRacing):
             raise ValueError(f"recovery_start_offset must be a finite number >= 0, got {recovery_start_offset!r}")
         if not (math.isfinite(recovery_start_angle) and 0.0 <= recovery_start_angle <= 180.0):
             raise ValueError(f"recovery_start_angle must be in [0, 180] degrees, got {recovery_start_angle!r}")
-        if not (math.isfinite(rest_stops) and 0.0 <= rest_stops <= 1.0):
-            raise ValueError(f"rest_stops must be a probability in [0, 1], got {rest_stops!r}")
         if track_seed is not None and (int(track_seed) != track_seed or track_seed < 0):
             raise ValueError(f"track_seed must be None or a non-negative integer, got {track_seed!r}")
         super().__init__(
@@ -431,7 +417,6 @@ class CarRacingState(CarRacing):
             recovery_starts=recovery_starts,
             recovery_start_offset=recovery_start_offset,
             recovery_start_angle=recovery_start_angle,
-            rest_stops=rest_stops,
             lap_complete_percent=lap_complete_percent,
             domain_randomize=domain_randomize,
             max_episode_frames=max_episode_frames,
@@ -453,7 +438,6 @@ class CarRacingState(CarRacing):
         self.recovery_starts = float(recovery_starts)
         self.recovery_start_offset = float(recovery_start_offset)
         self.recovery_start_angle = float(recovery_start_angle)
-        self.rest_stops = float(rest_stops)
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
         self.observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
         self.action_mode = action_mode
@@ -640,10 +624,6 @@ class CarRacingState(CarRacing):
             if terminated:
                 break
         truncated = self.max_episode_frames is not None and self.frames >= self.max_episode_frames
-        stopped = False
-        if self.rest_stops > 0.0 and not (terminated or truncated) and self.np_random.random() < self.rest_stops:
-            self._bring_to_rest()
-            stopped = True
         obs = self._observe()
         first_miss = self.tiles_missed == 0
         open_lap = stalled or rested or (off_road_end and self.off_road_open_lap)
@@ -652,17 +632,7 @@ class CarRacingState(CarRacing):
         if self.charge_time_left and (off_road_end or stalled or rested) and self.max_episode_frames is not None:
             total -= 0.1 * (self.max_episode_frames - self.frames)  # standing still to the time limit
         info = self._info(lap_finished, out_of_field, off_road_end, stalled, rested)
-        if stopped:
-            info["rest_stop"] = True
         return obs, total, terminated, truncated, info
-
-    def _bring_to_rest(self) -> None:
-        """``rest_stops``: the hull and the wheels stand still where they are (heading and steering kept)."""
-        for body in (self.car.hull, *self.car.wheels):
-            body.linearVelocity = (0.0, 0.0)
-            body.angularVelocity = 0.0
-        for wheel in self.car.wheels:
-            wheel.omega = 0.0
 
     def _at_rest(self) -> bool:
         """Whether the hull is slower than ``REST_SPEED``."""
