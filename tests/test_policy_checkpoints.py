@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
 from td3_lightning.errors import UserInputError
-from td3_lightning.export import export_torchscript
+from td3_lightning.export import export_onnx, export_torchscript
 from td3_lightning.extensions.policy_checkpoints import LATE_BAR, PolicyCheckpoint, check_policy_checkpoint_options
 
 ENV = "td3test/ActionReward-v0"  # reward = action: returns differ from episode to episode
@@ -98,6 +98,11 @@ def test_validation_test_and_export_run_the_checkpoint_not_the_actor(tmp_path):
     assert torch.allclose(acted, kept, atol=1e-6)
     scripted = torch.jit.load(str(export_torchscript(tmp_path / "s100.ckpt", tmp_path / "actor.pt")))
     assert torch.allclose(scripted(obs), kept, atol=1e-6)
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(str(export_onnx(tmp_path / "s100.ckpt", tmp_path / "actor.onnx")),
+                                   providers=["CPUExecutionProvider"])
+    (action,) = session.run(None, {"observation": obs.numpy()})
+    assert torch.allclose(torch.from_numpy(action), kept, atol=1e-5)
 
 
 def test_a_resume_between_assessments_continues_exactly(tmp_path):
