@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from td3_lightning.distributed import device_count
+from td3_lightning.distributed import device_count, wants_cuda
 from td3_lightning.errors import UserInputError
 
 #: eager updates run (and undone) before a capture: they create Adam's state and settle lazy initialisations
@@ -245,8 +245,7 @@ def check_capture_options(model: Mapping[str, Any], data: Mapping[str, Any] | No
                                           "data.sampler uniform"))
     if not trainer:
         return
-    accelerator = trainer.get("accelerator") or "auto"
-    cuda = isinstance(accelerator, str) and accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    accelerator, cuda = trainer.get("accelerator") or "auto", wants_cuda(trainer)
     strategy, nodes = trainer.get("strategy") or "auto", trainer.get("num_nodes") or 1
     distributed = strategy not in ("auto", "single_device")
     if distributed or nodes != 1:

@@ -90,9 +90,14 @@ def device_count(devices: Any, cuda: bool) -> int:
     return int(text) if text.lstrip("-").isdigit() else 1
 
 
+def wants_cuda(trainer: Mapping[str, Any]) -> bool:
+    """Whether parsed ``trainer`` options run on CUDA here (``accelerator`` auto, gpu or cuda, and a GPU present)."""
+    accelerator = trainer.get("accelerator") or "auto"
+    return isinstance(accelerator, str) and accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+
+
 def requested_processes(trainer: Mapping[str, Any]) -> int:
     """How many processes parsed ``trainer`` options ask for: devices (:func:`device_count`) times nodes."""
-    accelerator = trainer.get("accelerator") or "auto"
-    cuda = isinstance(accelerator, str) and accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     nodes = trainer.get("num_nodes") or 1
-    return device_count(trainer.get("devices") or "auto", cuda) * (nodes if isinstance(nodes, int) else 1)
+    devices = device_count(trainer.get("devices") or "auto", wants_cuda(trainer))
+    return devices * (nodes if isinstance(nodes, int) else 1)
