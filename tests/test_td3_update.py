@@ -208,3 +208,48 @@ def test_a_nearly_flat_critic_pins_the_action_at_its_bound_unless_the_preactivat
         assert action.mean() > 0.99 and z.mean() > 3.0
     else:
         assert 0.8 < action.mean() < 0.9 and action.max() < 0.95 and 1.1 < z.mean() < 1.4
+
+
+def test_rest_states_adds_minus_q_of_the_actor_at_the_replayed_states_with_their_motion_zeroed():
+    plain, rest = make_module(), make_module(rest_states=0.5, rest_features=[0, 2])
+    b = batch_of()
+    still = b["obs"].clone()
+    still[:, [0, 2]] = 0.0
+    q_still = plain.critic.q1(still, plain.actor(still))
+    assert torch.allclose(rest.actor_loss(b), plain.actor_loss(b) - 0.5 * q_still.mean())
+    assert torch.allclose(rest.stats.means()["train/rest_q"], -q_still.mean())
+    assert torch.equal(b["obs"][:, 0], batch_of()["obs"][:, 0])  # the batch itself is left as it was
+
+
+@pytest.mark.parametrize("weight", [0.0, 1.0])
+def test_rest_states_teach_the_actor_the_critics_choice_for_a_standing_car(weight):
+    """A critic that values the throttle's sign by motion (feature 0): brake while moving, gas at rest. Trained
+    only on moving states, the actor brakes at rest too; with the rest states it learns to drive off there."""
+    m = make_module(action_low=[-1.0, -1.0], action_high=[1.0, 1.0], rest_states=weight, rest_features=[0])
+    m.critic.q1 = lambda obs, action, detach_params=False: torch.where(obs[:, 0] == 0, 1.0, -1.0) * action[:, 1]
+    g = torch.Generator().manual_seed(3)
+    moving = torch.randn(64, 3, generator=g)
+    moving[:, 0] = 1.0 + moving[:, 0].abs()  # every replayed state is a moving car
+    optimizer = torch.optim.Adam(m.actor.parameters(), lr=1e-3)
+    for _ in range(300):
+        optimizer.zero_grad()
+        m.actor_loss({"obs": moving}).backward()
+        optimizer.step()
+    standing = moving.clone()
+    standing[:, 0] = 0.0
+    with torch.no_grad():
+        assert m.actor(moving)[:, 1].mean() < -0.9  # brakes while moving, either way
+        throttle_at_rest = m.actor(standing)[:, 1].mean()
+    assert (throttle_at_rest > 0.9) if weight else (throttle_at_rest < 0.0)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(rest_states=-1.0, rest_features=[0]), "model.rest_states must be >= 0"),
+    (dict(rest_states=1.0), "model.rest_states needs the motion features to zero: set model.rest_features"),
+    (dict(rest_states=1.0, rest_features=[-1]), "model.rest_features must be observation indices >= 0"),
+    (dict(rest_features=[3]), r"model.rest_features must index a vector observation of shape \[3\], got \[3\]"),
+    (dict(rest_states=1.0, rest_features=[0], critic_obs_shape=[5]), "model.rest_states zeroes the observation"),
+])
+def test_rest_states_refuse_what_they_cannot_do(kw, message):
+    with pytest.raises(UserInputError, match=message):
+        make_module(**kw)
