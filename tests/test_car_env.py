@@ -441,25 +441,6 @@ def test_max_stall_frames_charges_no_second_penalty_and_spares_a_driving_car():
     assert info["tiles_visited"] >= 10
 
 
-@pytest.mark.parametrize("missed_before", [0, 1])
-def test_charge_free_stalls_charges_the_time_left_at_a_stall_the_penalty_no_longer_charges(missed_before):
-    def last_reward(**kwargs):
-        env = CarRacingState(max_stall_frames=30, missed_tile_penalty=40.0, **kwargs)
-        env.reset(seed=0)
-        env.tiles_missed = missed_before  # 1: the open lap was already charged at a missed tile
-        r, _, info = drive_to_end(env, lambda frames: _a(0.0, 0.0, 0.0), 100)  # standing from the start
-        assert info["stall_terminated"] and info["frames"] == 30
-        return r
-
-    free, charged = last_reward(), last_reward(charge_free_stalls=True)
-    if missed_before:  # the stall was free: it now costs the 970 frames left
-        assert free == pytest.approx(-0.1) and charged == pytest.approx(-0.1 - 97.0)
-    else:  # the open lap's penalty charges this stall: nothing more
-        assert charged == free == pytest.approx(-0.1 - 40.0)
-    with pytest.raises(ValueError, match="charge_free_stalls must be true or false"):
-        CarRacingState(charge_free_stalls=1)
-
-
 def test_max_stall_frames_leaves_a_car_off_the_road_to_max_off_road_frames():
     # the off-road drive of test_max_off_road_frames_terminates_after_that_many_frames, with a stall
     # limit far shorter than the off-road one: off the road only the off-road limit ends the episode

@@ -15,7 +15,7 @@ frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty`` / ``off_road_open_lap``,
 ``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames``, ``max_rest_frames``,
-``charge_time_left``, ``charge_free_stalls`` and ``recovery_starts``, all off by default.
+``charge_time_left`` and ``recovery_starts``, all off by default.
 
 Conventions
 -----------
@@ -267,14 +267,6 @@ class CarRacingState(CarRacing):
             and some runs never learn to drive.  Charged the time left, an
             early end is never cheaper than standing still under the real
             rules.
-        charge_free_stalls: TRAINING AID, only with ``max_stall_frames``.
-            False (default): a stall end after a missed tile costs nothing more
-            (the open lap's penalty was charged at the miss).  True: it costs
-            0.1 per physics frame left to ``max_episode_frames``, what standing
-            costs under the real rules.  Why: once a tile is missed and the rest
-            of the lap visited, no reward is left before the finish line, the
-            stall end was a free exit, and drivers learned to stop in front of
-            the line.
         off_road_open_lap: TRAINING AID, only with ``max_off_road_frames``.
             False (default): an off-road termination costs ``off_road_penalty``
             only.  True: it ends the episode as an open lap, as
@@ -351,7 +343,6 @@ class CarRacingState(CarRacing):
         max_stall_frames: int | None = None,
         max_rest_frames: int | None = None,
         charge_time_left: bool = False,
-        charge_free_stalls: bool = False,
         off_road_open_lap: bool = False,
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
@@ -384,8 +375,6 @@ class CarRacingState(CarRacing):
         if gas_at_rest and action_mode != "steer_throttle":
             raise ValueError("gas_at_rest needs action_mode 'steer_throttle' (it maps the throttle axis), "
                              f"got action_mode {action_mode!r}")
-        if not isinstance(charge_free_stalls, bool):
-            raise ValueError(f"charge_free_stalls must be true or false, got {charge_free_stalls!r}")
         if not isinstance(charge_time_left, bool):
             raise ValueError(f"charge_time_left must be true or false, got {charge_time_left!r}")
         if max_episode_frames is not None and (
@@ -424,7 +413,6 @@ class CarRacingState(CarRacing):
             max_stall_frames=max_stall_frames,
             max_rest_frames=max_rest_frames,
             charge_time_left=charge_time_left,
-            charge_free_stalls=charge_free_stalls,
             off_road_open_lap=off_road_open_lap,
             recovery_starts=recovery_starts,
             recovery_start_offset=recovery_start_offset,
@@ -447,7 +435,6 @@ class CarRacingState(CarRacing):
         self.max_rest_frames = None if max_rest_frames is None else int(max_rest_frames)
         self.off_road_open_lap = off_road_open_lap
         self.charge_time_left = charge_time_left
-        self.charge_free_stalls = charge_free_stalls
         self.recovery_starts = float(recovery_starts)
         self.recovery_start_offset = float(recovery_start_offset)
         self.recovery_start_angle = float(recovery_start_angle)
@@ -642,9 +629,7 @@ class CarRacingState(CarRacing):
         open_lap = stalled or rested or (off_road_end and self.off_road_open_lap)
         if (self._newly_missed_tiles() or open_lap) and first_miss:
             total -= self._penalty
-        charged = self.charge_time_left and (off_road_end or stalled or rested)
-        charged = charged or (self.charge_free_stalls and stalled and not first_miss)
-        if charged and self.max_episode_frames is not None:
+        if self.charge_time_left and (off_road_end or stalled or rested) and self.max_episode_frames is not None:
             total -= 0.1 * (self.max_episode_frames - self.frames)  # standing still to the time limit
         info = self._info(lap_finished, out_of_field, off_road_end, stalled, rested)
         return obs, total, terminated, truncated, info
