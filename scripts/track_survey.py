@@ -18,14 +18,18 @@ env's info and state vector; ``W`` is ``WINDOW_FRAMES`` (100 frames, 2 s); "the 
   went onto the grass and did not get back.
 - ``standstill``: the hull speed (from the state vector's ``v_forward`` and ``v_right``, in world units
   per second; top speed is about 100) was under ``STANDSTILL_SPEED`` (1, the env's ``REST_SPEED``) at
-  every step of the last ``W`` frames or more, with a wheel on the road: it stopped on the road and stood.
+  every step of the last ``W`` frames or more, with a wheel on the road and a tile left to visit: it
+  stopped on the road and stood.
 - ``wrong_way``: over the last ``W`` frames the car's position along the centre line (``track_progress``,
   counted through the start) went back by at least one tile: it turned round and drove against the
   direction of the lap, over tiles it had visited.
-- ``missed_tile``: the lap is open, the car went round (its position on the centre line,
-  ``track_progress``, fell by more than half a lap from one step to the next, past the start, after it
-  had visited half the tiles) and it passed a tile without touching it (``info["tiles_missed"]`` > 0:
-  its projection on the centre line got ``MISSED_TILE_MARGIN`` tiles past a tile no wheel touched).
+- ``missed_tile``: the lap is open, the car passed a tile without touching it (``info["tiles_missed"]``
+  > 0: its projection on the centre line got ``MISSED_TILE_MARGIN`` tiles past a tile no wheel touched),
+  and it went round (its position on the centre line, ``track_progress``, fell by more than half a lap
+  from one step to the next, past the start, after it had visited half the tiles) or had visited every
+  other tile. The start tile counts as visited from the first frame, so CarRacing closes a lap only when
+  every tile is visited: after a miss, a car with no tile left before the start line scores the same
+  whether it drives on or stands.
 - ``time_limit``: the lap is open at the time limit (``truncated``) and the car had not gone round: too
   slow (a tile it missed on the way, if any, is in ``tiles_missed``).
 - ``other``: none of these (under CarRacing's rules an open lap ends only at the time limit or off the
@@ -152,11 +156,12 @@ def classify(
     last = trace[-1]
     if end.out_of_playfield or last.off_road_frames >= window:
         return "off_road"
-    if stand_frames(trace, speed) >= window:
+    nothing_left = last.tiles_visited + last.tiles_missed >= end.tiles_total  # every tile visited or missed
+    if stand_frames(trace, speed) >= window and not nothing_left:
         return "standstill"
     if window_progress(trace, window) * end.tiles_total <= -1.0:
         return "wrong_way"
-    if not end.lap_closed and last.tiles_missed > 0 and went_round(trace, end.tiles_total):
+    if not end.lap_closed and last.tiles_missed > 0 and (nothing_left or went_round(trace, end.tiles_total)):
         return "missed_tile"
     if not end.lap_closed and end.truncated:
         return "time_limit"

@@ -93,6 +93,18 @@ def test_a_car_that_went_round_with_a_missed_tile_is_missed_tile():
     assert ts.classify(both, OPEN_AT_LIMIT) == "standstill"
 
 
+
+def test_a_car_that_stands_once_every_tile_is_visited_or_missed_is_missed_tile():
+    # one tile missed at step 121, every other one visited by the end (249 + 1 of 250), standing from step 300:
+    # the lap was lost at the miss, and driving on would score the same
+    done = trace(500, speed=lambda i: 0.0 if i > 300 else 40.0, missed=lambda i: 1 if i > 120 else 0)
+    nothing_left = Ending(ret=700.0, lap_closed=False, truncated=True, out_of_playfield=False, tiles_total=250)
+    assert ts.classify(done, nothing_left) == "missed_tile"
+    assert ts.onset(done, "missed_tile") == 122
+    # one tile more on the track: a tile is left to visit, and standing is a standstill
+    assert ts.classify(done, Ending(700.0, False, True, False, 251)) == "standstill"
+
+
 def test_hand_made_drivers_in_the_real_env_stand_circle_on_the_grass_and_leave_the_playfield():
     """Track 0 (319 tiles), played by ``drive`` on car.yaml's evaluation env with fixed actions."""
     import numpy as np
