@@ -67,16 +67,17 @@ class FixedEncoder(nn.Module):
             mine.copy_(theirs)
 
     def zs(self, obs: Tensor) -> Tensor:
-        """``z_s`` of ``obs``; the last one is kept, since a training step asks for it several times
-        (critic, actor, the actor's Q) with the same batch and the same weights."""
+        """``z_s`` of ``obs`` (any float dtype, computed in float32); the last one is kept, since a training
+        step asks for it several times (critic, actor, the actor's Q) with the same batch tensor, unchanged,
+        and the same weights."""
         if torch.jit.is_tracing() or torch.compiler.is_compiling():
-            return self.encoder.zs(obs)
-        versions = tuple(p._version for p in self.encoder.parameters())
+            return self.encoder.zs(obs.float())
+        versions = (obs._version, *(p._version for p in self.encoder.parameters()))
         cached = self._cached
         if cached is not None and cached[0] is obs and cached[1] == versions:
             return cached[2]
         with torch.no_grad():
-            zs = self.encoder.zs(obs)
+            zs = self.encoder.zs(obs.float())
         self._cached = (obs, versions, zs)
         return zs
 
@@ -94,8 +95,7 @@ class SALEStateInput(nn.Module):
         self.out_dim = hidden + fixed.encoder.dim
 
     def forward(self, obs: Tensor) -> Tensor:
-        obs = obs.float()
-        return torch.cat([avg_l1_norm(self.linear(obs)), self.fixed.zs(obs)], dim=-1)
+        return torch.cat([avg_l1_norm(self.linear(obs.float())), self.fixed.zs(obs)], dim=-1)
 
 
 class SALEStateActionInput(nn.Module):
@@ -111,8 +111,8 @@ class SALEStateActionInput(nn.Module):
         self.out_dim = hidden + 2 * fixed.encoder.dim
 
     def forward(self, obs: Tensor, action: Tensor, member: int | None = None, detach_params: bool = False) -> Tensor:
-        obs = obs.float()
         zs = self.fixed.zs(obs)  # the fixed encoder's weights get no gradient (requires_grad False)
+        obs = obs.float()
         embeddings = torch.cat([self.fixed.encoder.zsa(zs, action), zs], dim=-1)  # the actor's step: through z_sa
         sa = torch.cat([obs, action], dim=-1)
         w, b = self.weight, self.bias

@@ -74,6 +74,27 @@ def test_sale_embeddings_feed_actor_and_critics_from_the_fixed_encoder():
     assert {id(p) for g in encoder_opt.param_groups for p in g["params"]} == {id(p) for p in sale.parameters()}
 
 
+def test_a_training_step_encodes_its_float64_batch_once_and_a_changed_batch_again():
+    m = make(embedding_dim=8, target_update_every=10)
+    fixed = m.actor.encoder.fixed
+    b = {k: v.double() if k.endswith("obs") else v for k, v in batch_of().items()}  # MuJoCo's observations
+    calls = []
+    original = fixed.encoder.zs
+    fixed.encoder.zs = lambda obs: calls.append(obs.dtype) or original(obs)
+    features = m.actor.features(b["obs"])
+    q = m.critic(b["obs"], b["action"])
+    m.actor_loss(b)
+    assert calls == [torch.float32]  # one encoding for the actor, the critics and the actor's Q
+    assert torch.equal(features[:, 16:], original(b["obs"].float()))
+    assert torch.equal(q, make(embedding_dim=8, target_update_every=10).critic(b["obs"].float(), b["action"]))
+    b["obs"].add_(1.0)  # the same tensor, new values: encoded again
+    assert torch.equal(m.actor.features(b["obs"])[:, 16:], original(b["obs"].float())) and len(calls) == 2
+    with torch.no_grad():
+        next(fixed.encoder.parameters()).mul_(2.0)  # new weights: encoded again
+    m.actor.features(b["obs"])
+    assert len(calls) == 3
+
+
 def test_the_actor_gradient_reaches_its_action_through_the_state_action_embedding():
     m = make(embedding_dim=8, target_update_every=10)
     b = batch_of()
