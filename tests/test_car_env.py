@@ -441,37 +441,6 @@ def test_max_stall_frames_charges_no_second_penalty_and_spares_a_driving_car():
     assert info["tiles_visited"] >= 10
 
 
-@pytest.mark.parametrize("aid, action, ended_by", [
-    ({"max_stall_frames": 30}, _a(0.0, 0.0, 0.0), "stall_terminated"),  # a car left standing on the road
-    ({"max_rest_frames": 25}, _a(0.0, 0.0, 1.0), "rest_terminated"),  # braking from the start
-    ({"max_off_road_frames": 25}, _a(0.0, 0.5, 0.0), "off_road_terminated"),  # straight off the road
-])
-@pytest.mark.parametrize("missed_before", [0, 1])
-def test_truncate_after_miss_turns_an_aid_end_after_a_missed_tile_into_a_truncation(aid, action, ended_by,
-                                                                                     missed_before):
-    def drive(**kwargs):
-        env = CarRacingState(missed_tile_penalty=40.0, **aid, **kwargs)
-        env.reset(seed=0)
-        env.tiles_missed = missed_before  # 1: the penalty was already charged at a missed tile
-        rewards = []
-        for _ in range(400):
-            _, r, term, trunc, info = env.step(action)
-            rewards.append(r)
-            if term or trunc:
-                return rewards, term, trunc, info
-
-    plain, cut = drive(), drive(truncate_after_miss=True)
-    assert plain[3][ended_by] and cut[3][ended_by] and cut[3]["frames"] == plain[3]["frames"] < 1000
-    assert cut[0] == plain[0]  # the same rewards: only how the episode ends differs
-    assert plain[1:3] == (True, False)
-    assert cut[1:3] == ((False, True) if missed_before else (True, False))
-
-
-def test_truncate_after_miss_must_be_a_bool():
-    with pytest.raises(ValueError, match="truncate_after_miss must be true or false"):
-        CarRacingState(truncate_after_miss=1)
-
-
 def test_max_stall_frames_leaves_a_car_off_the_road_to_max_off_road_frames():
     # the off-road drive of test_max_off_road_frames_terminates_after_that_many_frames, with a stall
     # limit far shorter than the off-road one: off the road only the off-road limit ends the episode

@@ -15,7 +15,7 @@ frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty`` / ``off_road_open_lap``,
 ``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames``, ``max_rest_frames``,
-``charge_time_left``, ``truncate_after_miss`` and ``recovery_starts``, all off by default.
+``charge_time_left`` and ``recovery_starts``, all off by default.
 
 Conventions
 -----------
@@ -267,16 +267,6 @@ class CarRacingState(CarRacing):
             and some runs never learn to drive.  Charged the time left, an
             early end is never cheaper than standing still under the real
             rules.
-        truncate_after_miss: TRAINING AID, only with the aids that end an
-            episode and ``missed_tile_penalty``.  False (default): such an end
-            terminates the episode; after a missed tile (its penalty already
-            charged) it costs nothing more.  True: an end after a missed tile
-            truncates the episode instead (``truncated``, not ``terminated``), so
-            the value of where the car stands is bootstrapped, as the time limit
-            does.  Why: whether the penalty was charged is not in the
-            observation, and the end after a miss was a free exit (-5 for a
-            stall); the critic learned to value standing at about -5 wherever it
-            could not tell, and drivers stood still mid-lap.
         off_road_open_lap: TRAINING AID, only with ``max_off_road_frames``.
             False (default): an off-road termination costs ``off_road_penalty``
             only.  True: it ends the episode as an open lap, as
@@ -353,7 +343,6 @@ class CarRacingState(CarRacing):
         max_stall_frames: int | None = None,
         max_rest_frames: int | None = None,
         charge_time_left: bool = False,
-        truncate_after_miss: bool = False,
         off_road_open_lap: bool = False,
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
@@ -386,8 +375,6 @@ class CarRacingState(CarRacing):
         if gas_at_rest and action_mode != "steer_throttle":
             raise ValueError("gas_at_rest needs action_mode 'steer_throttle' (it maps the throttle axis), "
                              f"got action_mode {action_mode!r}")
-        if not isinstance(truncate_after_miss, bool):
-            raise ValueError(f"truncate_after_miss must be true or false, got {truncate_after_miss!r}")
         if not isinstance(charge_time_left, bool):
             raise ValueError(f"charge_time_left must be true or false, got {charge_time_left!r}")
         if max_episode_frames is not None and (
@@ -426,7 +413,6 @@ class CarRacingState(CarRacing):
             max_stall_frames=max_stall_frames,
             max_rest_frames=max_rest_frames,
             charge_time_left=charge_time_left,
-            truncate_after_miss=truncate_after_miss,
             off_road_open_lap=off_road_open_lap,
             recovery_starts=recovery_starts,
             recovery_start_offset=recovery_start_offset,
@@ -449,7 +435,6 @@ class CarRacingState(CarRacing):
         self.max_rest_frames = None if max_rest_frames is None else int(max_rest_frames)
         self.off_road_open_lap = off_road_open_lap
         self.charge_time_left = charge_time_left
-        self.truncate_after_miss = truncate_after_miss
         self.recovery_starts = float(recovery_starts)
         self.recovery_start_offset = float(recovery_start_offset)
         self.recovery_start_angle = float(recovery_start_angle)
@@ -646,8 +631,6 @@ class CarRacingState(CarRacing):
             total -= self._penalty
         if self.charge_time_left and (off_road_end or stalled or rested) and self.max_episode_frames is not None:
             total -= 0.1 * (self.max_episode_frames - self.frames)  # standing still to the time limit
-        if self.truncate_after_miss and (off_road_end or stalled or rested) and not first_miss:
-            terminated, truncated = False, True  # the penalty was charged at the miss: bootstrap, no free exit
         info = self._info(lap_finished, out_of_field, off_road_end, stalled, rested)
         return obs, total, terminated, truncated, info
 
