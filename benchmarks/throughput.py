@@ -214,8 +214,6 @@ OPTIONS = {
         n, d, ("--model.embedding_dim", "256", "--model.target_update_every", "250")),
     "td3_lightning + LAP sampler": lambda n, d: run_td3_lightning(n, d, ("--data.sampler", "lap")),
     "td3_lightning + policy_checkpoints": lambda n, d: run_td3_lightning(n, d, ("--model.policy_checkpoints", "true")),
-    "td3_lightning + rest_states": lambda n, d: run_td3_lightning(  # LunarLander's velocities: features 2, 3, 5
-        n, d, ("--model.rest_states", "0.5", "--model.rest_features", "[2, 3, 5]")),
     "td3_lightning + TD7 set (SALE, LAP)": lambda n, d: run_td3_lightning(
         n, d, ("--model.embedding_dim", "256", "--model.target_update_every", "250", "--data.sampler", "lap")),
 }

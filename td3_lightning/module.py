@@ -69,8 +69,6 @@ class TD3(L.LightningModule):
         lr_final_factor: both learning rates decay linearly to lr * lr_final_factor over schedule_steps (> 0).
         schedule_steps: length of both schedules in training steps (>= 1; null = trainer.max_steps).
         preactivation_penalty: weight of the actor's mean squared output before the tanh (>= 0; 0 = off).
-        rest_states: weight of the actor's -Q at standing copies of the replayed states (>= 0; 0 = off).
-        rest_features: indices of the observation's motion features, zeroed in those copies (CarRacingState: 0-2, 4-8).
         reset_steps: training steps after which the networks start over, the buffer kept ([] = never).
         encoder: auto (a CNN for images (C, H, W)), cnn or none.
         encoder_features: length of the CNN encoder's feature vector (>= 1).
@@ -96,15 +94,17 @@ class TD3(L.LightningModule):
         embedding_dim: int = 0, embedding_lr: float = 3e-4,
         num_critics: int = 2,
         gamma: float = 0.99, tau: float = 0.005,
-        target_update_every: int = 0, value_clipping: bool = False, actor_q: str = "first",
+        target_update_every: int = 0,
+        value_clipping: bool = False,
+        actor_q: str = "first",
         policy_checkpoints: bool = False, checkpoint_episodes: int = 20, checkpoint_after: int = 750000,
-        policy_noise: float = 0.2, noise_clip: float = 0.5, policy_freq: int = 2, exploration_noise: float = 0.1,
+        policy_noise: float = 0.2, noise_clip: float = 0.5, policy_freq: int = 2,
+        exploration_noise: float = 0.1,
         actor_lr: float = 3e-4, critic_lr: float = 3e-4,
         exploration_noise_final: float | None = None,
         lr_final_factor: float = 1.0,
         schedule_steps: int | None = None,
         preactivation_penalty: float = 0.0,
-        rest_states: float = 0.0, rest_features: list[int] = [],  # noqa: B006 - list default shows in --help
         reset_steps: list[int] = [],  # noqa: B006 - list default shows in --help
         encoder: str = "auto", encoder_features: int = 50, shared_encoder: bool = True,
         state_prediction: float = 0.0,
@@ -161,7 +161,7 @@ class TD3(L.LightningModule):
         action = self.actor.squash(preactivation)
         critic = self.critic.q1 if self.hparams.actor_q == "first" else self.critic  # mean: TD7's actor
         loss = -critic(critic_view(batch), action, detach_params=True).mean()
-        view = ActorView(batch, features, preactivation, action, self.actor.action_scale, self.actor, critic)
+        view = ActorView(batch, features, preactivation, action, self.actor.action_scale)
         return self.extensions.actor_terms(loss, view, self.stats)  # e.g. the teacher's term
 
     @torch.no_grad()

@@ -40,7 +40,6 @@ from td3_lightning.module import TD3
 RANGE_NOT_IN_HELP = {
     "model.hidden_dims": ">= 1",  # each size
     "model.reset_steps": ">= 1",  # each step
-    "model.rest_features": ">= 0",  # each index
 }
 #: Options that take text: values they refuse (from a fixed set, a file name of the wrong form, an unknown env).
 CHOICES = {

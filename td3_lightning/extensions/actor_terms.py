@@ -1,9 +1,8 @@
-"""Actor-loss terms beyond ``-Q_1(s, pi(s))``: the preactivation penalty, state prediction and
-states at rest. The teacher's term is in ``teacher.py``."""
+"""Actor-loss terms beyond ``-Q_1(s, pi(s))``: the preactivation penalty and state prediction.
+The teacher's term is in ``teacher.py``."""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from td3_lightning.extensions.base import ActorTerm, ActorView
@@ -31,21 +30,3 @@ class StatePrediction(ActorTerm):
 
     def forward(self, view: ActorView) -> Tensor:
         return (self.head(view.features) - view.critic_obs).pow(2).mean()
-
-
-class RestStates(ActorTerm):
-    """``-Q(s0, pi(s0))`` with ``s0`` the replayed observation with its motion features zeroed
-    (``model.rest_states``): the actor also ascends the critic at a standing car's states, wherever
-    the car drove, which its own data seldom holds."""
-
-    name = "rest_q"
-
-    def __init__(self, weight: float, features: list[int]) -> None:
-        super().__init__(weight)
-        self.register_buffer("features", torch.tensor(features, dtype=torch.long), persistent=False)
-
-    def forward(self, view: ActorView) -> Tensor:
-        if view.actor is None or view.critic is None:
-            raise RuntimeError("model.rest_states reads the actor and the critic from the ActorView")
-        at_rest = view.batch["obs"].index_fill(1, self.features, 0.0)
-        return -view.critic(at_rest, view.actor(at_rest), detach_params=True).mean()

@@ -23,16 +23,13 @@ def critic_view(batch: dict[str, Tensor], next_obs: bool = False) -> Tensor:
 @dataclass(frozen=True)
 class ActorView:
     """What an actor-loss term may read: the batch, the actor's encoder features, its output
-    before the tanh, the action, the half action range, the actor, and the critic it ascends
-    (``critic(obs, action, detach_params=True)``)."""
+    before the tanh, the action, and the half action range."""
 
     batch: dict[str, Tensor]
     features: Tensor
     preactivation: Tensor
     action: Tensor
     action_scale: Tensor
-    actor: nn.Module | None = None
-    critic: nn.Module | None = None
 
     @property
     def critic_obs(self) -> Tensor:

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from td3_lightning.errors import UserInputError
-from td3_lightning.extensions.actor_terms import PreactivationPenalty, RestStates, StatePrediction
+from td3_lightning.extensions.actor_terms import PreactivationPenalty, StatePrediction
 from td3_lightning.extensions.base import ActorTerms, BatchTransform, StepHook
 from td3_lightning.extensions.batch_transforms import NStepReturn, ObservationStatistics, RandomShift
 from td3_lightning.extensions.resets import NetworkResets
@@ -60,8 +60,6 @@ def build_extensions(hp: Mapping[str, Any], networks: Networks) -> Extensions:
                                                     int(hp["critic_obs_shape"][0]))
     if hp["teacher"]:
         terms["teacher"] = Teacher(hp["teacher_weight"], hp["teacher"])
-    if hp.get("rest_states"):
-        terms["rest_states"] = RestStates(hp["rest_states"], list(hp["rest_features"]))
     transforms: list[BatchTransform] = [NStepReturn(hp["gamma"])]
     if networks.normalizer is not None:
         transforms.insert(0, ObservationStatistics(networks.normalizer))
@@ -90,12 +88,6 @@ def check_extension_options(hp: Mapping[str, Any]) -> None:
          and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in resets),
          f"model.reset_steps must be training steps >= 1, e.g. [60000], got {resets}"),
         (hp["random_shift"] >= 0, f"model.random_shift must be >= 0 pixels (0 = off), got {hp['random_shift']}"),
-        (hp.get("rest_states", 0.0) >= 0, f"model.rest_states must be >= 0 (0 = off), got {hp.get('rest_states')}"),
-        (all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in hp.get("rest_features") or []),
-         f"model.rest_features must be observation indices >= 0, e.g. [0, 1, 2], got {hp.get('rest_features')}"),
-        (not hp.get("rest_states") or len(hp.get("rest_features") or []) > 0,
-         "model.rest_states needs the motion features to zero: set model.rest_features "
-         "(CarRacingState-v0: [0, 1, 2, 4, 5, 6, 7, 8])"),
         (hp["embedding_dim"] >= 0, f"model.embedding_dim must be >= 0 (0 = off), got {hp['embedding_dim']}"),
         (hp["embedding_lr"] > 0, f"model.embedding_lr must be > 0, got {hp['embedding_lr']}"),
         (hp["target_update_every"] >= 0,
@@ -127,13 +119,6 @@ def check_extension_spaces(hp: Mapping[str, Any]) -> None:
          "(with an env that offers info['privileged_obs'])"),
         (not hp["embedding_dim"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
          "model.embedding_dim needs vector observations and no privileged critic; set model.embedding_dim 0"),
-        (not hp.get("rest_features") or (len(hp["obs_shape"]) == 1
-                                         and all(i < hp["obs_shape"][0] for i in hp["rest_features"])),
-         f"model.rest_features must index a vector observation of shape {list(hp['obs_shape'])}, got "
-         f"{list(hp.get('rest_features') or [])}; fix the indices or leave the option empty"),
-        (not hp.get("rest_states") or hp["critic_obs_shape"] is None,
-         "model.rest_states zeroes the observation the critics see too: it needs no privileged critic; set "
-         "model.rest_states 0"),
         (not hp["normalize_obs"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
          "model.normalize_obs standardises vector observations (images are scaled by the encoder) and needs no "
          "privileged critic; set model.normalize_obs false"),
