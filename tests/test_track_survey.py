@@ -93,7 +93,6 @@ def test_a_car_that_went_round_with_a_missed_tile_is_missed_tile():
     assert ts.classify(both, OPEN_AT_LIMIT) == "standstill"
 
 
-
 def test_a_car_that_stands_once_every_tile_is_visited_or_missed_is_missed_tile():
     # one tile missed at step 121, every other one visited by the end (249 + 1 of 250), standing from step 300:
     # the lap was lost at the miss, and driving on would score the same
