@@ -29,6 +29,7 @@ written at that step), so that a resumed run loses at most one evaluation interv
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import tempfile
@@ -57,6 +58,8 @@ SLIM_KEYS = ("state_dict", "hyper_parameters", "hparams_name", CHECKPOINT_KEY, "
              "epoch", "global_step")
 #: the command line's name for the best checkpoint by val/return (``checkpoint.filename``)
 BEST_FILENAME = "best-step{step}"
+#: written beside the checkpoints by ``--selection.episodes``: the kept checkpoint that is ``best``
+SELECTION_FILE = "selection.json"
 #: the key under which Lightning saves the datamodule's state (its class name)
 DATAMODULE_KEY = "ReplayDataModule"
 
@@ -296,7 +299,8 @@ def find_run_checkpoint(config: Any, kind: str) -> Path:
     (``kind`` ``best``: named by ``checkpoint.filename``, ``best-step*.ckpt`` by default) that a
     run with this configuration writes: under ``checkpoint.dirpath`` if set, else
     ``<logger save_dir>/<name>/*/checkpoints/`` (by default ``lightning_logs/version_*/checkpoints/``
-    in the current folder)."""
+    in the current folder). Where the newest best checkpoint's folder has a ``selection.json``
+    (``--selection.episodes``), ``best`` is the checkpoint it chose."""
     trainer = config.get("trainer") or {}
     root = Path(trainer.get("default_root_dir") or os.getcwd())
     checkpoint = config.get("checkpoint") or {}
@@ -330,4 +334,21 @@ def find_run_checkpoint(config: Any, kind: str) -> Path:
         raise UserInputError(
             f"--ckpt_path {kind}: no checkpoint matches {described}; pass a checkpoint file to --ckpt_path"
         )
-    return max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+    newest = max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+    return selected_checkpoint(newest.parent) or newest if kind == "best" else newest
+
+
+def selected_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint that ``--selection.episodes`` chose in ``folder`` (its ``selection.json``), or None."""
+    path = folder / SELECTION_FILE
+    if not path.is_file():
+        return None
+    try:
+        chosen = folder / json.loads(path.read_text())["chosen"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserInputError(f"{path} is not a selection this package wrote ({type(err).__name__}: {err}); "
+                             "delete it or pass a checkpoint file to --ckpt_path") from None
+    if chosen.parent != folder or not chosen.is_file():
+        raise UserInputError(f"{path} names {chosen.name}, which is not in {folder}; delete {path.name} or pass a "
+                             "checkpoint file to --ckpt_path")
+    return chosen

@@ -47,6 +47,7 @@ from td3_lightning.hp_metric import HpMetric
 from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
+from td3_lightning.selection import CheckpointSelection, check_selection_options
 from td3_lightning.trainer_options import check_seed, check_trainer_options, lightning_refusal
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -140,6 +141,7 @@ class TD3CLI(LightningCLIHooks):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(RLProgressBar, "progress_bar")
         parser.add_lightning_class_args(TestReport, "test_report")
+        parser.add_lightning_class_args(CheckpointSelection, "selection")
         parser.add_lightning_class_args(LearningCurve, "learning_curve")
         parser.set_defaults(CHECKPOINT_DEFAULTS)
         for name in ("obs_shape", "critic_obs_shape", "action_low", "action_high"):
@@ -316,7 +318,7 @@ def _check_model(options: dict[str, Any]) -> None:
 
 
 #: option group -> the check of its options (their arguments by name), run on the parsed config
-OPTION_CHECKS = {"model": _check_model, "data": check_data_options,
+OPTION_CHECKS = {"model": _check_model, "data": check_data_options, "selection": check_selection_options,
                  "progress_bar": check_progress_bar_options, "learning_curve": check_learning_curve_options}
 
 
@@ -331,7 +333,10 @@ def check_options(config: Any) -> None:
     for group, check in OPTION_CHECKS.items():
         if config.get(group) is not None:
             check(_as_dict(config[group]))
-    check_trainer_options(_as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {}))
+    trainer, checkpoint = _as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {})
+    check_trainer_options(trainer, checkpoint)
+    if config.get("selection") is not None:  # the candidates it chooses among
+        check_selection_options(_as_dict(config["selection"]), checkpoint, trainer.get("enable_checkpointing"))
     check_seed(config.get("seed_everything"))
 
 

@@ -43,14 +43,15 @@ GENERAL_LINES: dict[str, str] = {
 #: ``--ckpt_path`` as each subcommand reads it
 CKPT_PATH: dict[str, str] = {
     "fit": "resume: last (the newest last.ckpt of this config's runs), best, or a checkpoint file.",
-    "validate": "the policy to play: best (default: the newest best checkpoint), last, or a checkpoint file.",
-    "test": "the policy to play: best (default: the newest best checkpoint), last, or a checkpoint file.",
+    "validate": "the policy to play: best (default: the newest best or selected checkpoint), last, or a checkpoint file.",
+    "test": "the policy to play: best (default: the newest best or selected checkpoint), last, or a checkpoint file.",
 }
 
 #: option groups shown in full, with their headings
 GROUPS: dict[str, str] = {
     "--model.": "TD3 (--model.*; docs/options.md has the why of each)",
     "--data.": "environments, replay buffer and evaluation (--data.*; docs/options.md)",
+    "--selection.": "choosing best among the kept checkpoints when fit ends (--selection.*)",
     "--progress_bar.": "the progress line (--progress_bar.*)",
     "--learning_curve.": "the learning-curve plot (--learning_curve.*)",
 }

@@ -111,7 +111,7 @@ NAMED_AS = {"config": r"config file|--config", "--config": r"config file|--confi
             "ckpt_path": r"--ckpt_path"}
 
 #: the option groups of the project walked for fit, validate and test
-WALKED = ("--model.", "--data.", "--progress_bar.", "--learning_curve.")
+WALKED = ("--model.", "--data.", "--selection.", "--progress_bar.", "--learning_curve.")
 #: the arguments every case of a subcommand starts with (its own option replaces one of these)
 BASE = {
     "fit": ["--config", "pendulum.yaml"],

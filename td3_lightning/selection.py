@@ -1,0 +1,120 @@
+"""Choosing ``best`` on more episodes than a validation plays: every checkpoint that the checkpoint callback
+kept is played on the same ``selection.episodes`` deterministic episodes when ``fit`` ends, and the one that
+succeeds most often (``info["is_success"]``; CarRacing: the lap was closed), then with the highest mean return,
+becomes the run's ``best`` (``--ckpt_path best``, what ``validate``, ``test`` and ``export`` take by default).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+
+from td3_lightning.checkpointing import SELECTION_FILE, atomic_path
+from td3_lightning.errors import UserInputError
+from td3_lightning.evaluation import run_episode
+
+
+def check_selection_options(options: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None,
+                            checkpointing: bool | None = True) -> None:
+    """One clear line for a :class:`CheckpointSelection` option out of range, or for a selection without
+    candidates (``checkpoint``: the checkpoint callback's options; ``checkpointing``: ``trainer.enable_checkpointing``)."""
+    episodes, seed = options["episodes"], options["seed"]
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 0:
+        raise UserInputError(f"selection.episodes must be an integer >= 0 (0 = off), got {episodes!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UserInputError(f"selection.seed must be an integer >= 0, got {seed!r}")
+    if episodes == 0 or checkpoint is None:
+        return
+    if checkpointing is False:
+        raise UserInputError("selection.episodes chooses among the kept checkpoints, and trainer.enable_checkpointing "
+                             "is false; turn checkpointing on or set --selection.episodes 0")
+    top_k = checkpoint.get("save_top_k", 1)
+    if checkpoint.get("monitor") is None or not (top_k == -1 or top_k >= 2):
+        raise UserInputError(f"selection.episodes chooses among the checkpoints kept by checkpoint.monitor, and "
+                             f"checkpoint.save_top_k is {top_k} (monitor {checkpoint.get('monitor')!r}); keep "
+                             "several, e.g. --checkpoint.save_top_k 5, or set --selection.episodes 0")
+
+
+def rank_key(summary: Mapping[str, Any]) -> tuple[float, float]:
+    """Larger is better: successful episodes (None where the env reports none: 0), then the mean return."""
+    return summary["successes"] or 0, summary["return"]
+
+
+def choose(summaries: Mapping[str, Mapping[str, float]]) -> str:
+    """The candidate with the largest :func:`rank_key` (the first listed among equals)."""
+    return max(summaries, key=lambda name: rank_key(summaries[name]))
+
+
+def summarize(episodes: list[dict[str, float]]) -> dict[str, Any]:
+    """Mean, std (population) and min of the returns, and the count of successful episodes (None when the env
+    reports no ``info["is_success"]``)."""
+    returns = np.array([e["return"] for e in episodes], dtype=np.float64)
+    reported = [e["success"] for e in episodes if not math.isnan(e["success"])]
+    return {"return": float(returns.mean()), "return_std": float(returns.std()), "return_min": float(returns.min()),
+            "successes": sum(s > 0 for s in reported) if reported else None, "episodes": len(episodes)}
+
+
+def describe(summary: Mapping[str, Any]) -> str:
+    """``return -1430.9 ± 51.4`` and, where the env reports successes, ``, 486 of 500 successful``."""
+    text = f"return {summary['return']:.1f} ± {summary['return_std']:.1f}"
+    if summary["successes"] is not None:
+        text += f", {summary['successes']} of {summary['episodes']} successful"
+    return text
+
+
+def play(policy: torch.nn.Module, env: Any, seeds: list[int]) -> list[dict[str, float]]:
+    """Each seed's deterministic episode with ``policy`` (on the CPU)."""
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return policy(torch.as_tensor(obs).unsqueeze(0))[0].numpy()
+
+    return [run_episode(env, act, seed) for seed in seeds]
+
+
+class CheckpointSelection(L.Callback):
+    """When ``fit`` ends, plays each checkpoint kept by ``checkpoint.save_top_k`` on more validation episodes and
+    makes the one with the most successes, then the highest return, ``best`` (``checkpoints/selection.json``).
+
+    Args:
+        episodes: deterministic episodes each kept checkpoint plays when fit ends (>= 0; 0 = off).
+        seed: env seed of the first selection episode (>= 0); keep it apart from data.eval_seed and data.test_seed.
+    """
+
+    def __init__(self, episodes: int = 0, seed: int = 2_000_000) -> None:
+        check_selection_options(locals())
+        self.episodes, self.seed = episodes, seed
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        callback = trainer.checkpoint_callback
+        if self.episodes == 0 or trainer.global_rank != 0 or callback is None:
+            return
+        candidates = sorted((Path(p) for p in callback.best_k_models if Path(p).is_file()),
+                            key=lambda p: p.stat().st_mtime_ns)  # the order they were written
+        if not candidates:
+            return
+        env = trainer.datamodule.make_eval_env()  # type: ignore[attr-defined]
+        seeds = list(range(self.seed, self.seed + self.episodes))
+        summaries: dict[str, dict[str, Any]] = {}
+        try:
+            for path in candidates:
+                start = time.perf_counter()
+                model = type(pl_module).load_from_checkpoint(path, map_location="cpu")
+                summaries[path.name] = summary = summarize(play(model.policy.eval(), env, seeds))
+                print(f"selection: {path.name}: {describe(summary)}, {time.perf_counter() - start:.0f} s", flush=True)
+        finally:
+            env.close()
+        chosen = choose(summaries)
+        folder = candidates[0].parent
+        result = {"chosen": chosen, "episodes": self.episodes, "seed": self.seed, "monitor": callback.monitor,
+                  "candidates": summaries}
+        with atomic_path(folder / SELECTION_FILE) as tmp:
+            tmp.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"selection: best is {folder / chosen} ({describe(summaries[chosen])}); {folder / SELECTION_FILE}")

@@ -1,0 +1,109 @@
+"""``--selection.episodes``: the kept checkpoints played on more episodes when fit ends, the winner made ``best``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from td3_lightning import TD3
+from td3_lightning.__main__ import main
+from td3_lightning.checkpointing import SELECTION_FILE, find_run_checkpoint
+from td3_lightning.errors import UserInputError
+from td3_lightning.selection import choose, play, rank_key, summarize
+
+
+def test_successes_rank_first_then_the_mean_return():
+    summaries = {
+        "a.ckpt": {"successes": 9, "return": 931.0},
+        "b.ckpt": {"successes": 10, "return": 920.0},
+        "c.ckpt": {"successes": 10, "return": 925.0},
+    }
+    assert choose(summaries) == "c.ckpt"
+    assert rank_key(summaries["a.ckpt"]) < rank_key(summaries["b.ckpt"])
+    no_success = {"a.ckpt": {"successes": None, "return": -150.0}, "b.ckpt": {"successes": None, "return": -140.0}}
+    assert choose(no_success) == "b.ckpt"
+    tie = {"a.ckpt": {"successes": 3, "return": 1.0}, "b.ckpt": {"successes": 3, "return": 1.0}}
+    assert choose(tie) == "a.ckpt"  # the first listed
+
+
+def test_summary_of_episodes():
+    episodes = [{"return": 1.0, "success": 1.0}, {"return": 2.0, "success": 0.0}, {"return": 6.0, "success": 1.0}]
+    s = summarize(episodes)
+    assert s["return"] == 3.0 and s["return_min"] == 1.0 and s["episodes"] == 3 and s["successes"] == 2
+    assert math.isclose(s["return_std"], math.sqrt(14 / 3))
+    assert summarize([{"return": 5.0, "success": math.nan}])["successes"] is None  # the env reports none
+
+
+def _folder_with_two_best(tmp_path: Path) -> Path:
+    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    folder.mkdir(parents=True)
+    (folder / "best-step10.ckpt").write_bytes(b"a")
+    (folder / "best-step20.ckpt").write_bytes(b"b")
+    os.utime(folder / "best-step10.ckpt", ns=(1_000_000_000, 1_000_000_000))  # step 20 is the newer file
+    return folder
+
+
+def test_best_is_the_selected_checkpoint(tmp_path):
+    folder = _folder_with_two_best(tmp_path)
+    config = {"trainer": {"default_root_dir": str(tmp_path)}}
+    assert find_run_checkpoint(config, "best") == folder / "best-step20.ckpt"  # the newest, without a selection
+    (folder / SELECTION_FILE).write_text(json.dumps({"chosen": "best-step10.ckpt"}))
+    assert find_run_checkpoint(config, "best") == folder / "best-step10.ckpt"
+    (folder / "last.ckpt").write_bytes(b"c")
+    assert find_run_checkpoint(config, "last") == folder / "last.ckpt"  # last is last, selection or not
+
+
+@pytest.mark.parametrize("content, says", [
+    ("{not json", "is not a selection this package wrote"),
+    (json.dumps({"chosen": "best-step30.ckpt"}), "names best-step30.ckpt, which is not in"),
+    (json.dumps({"chosen": "../elsewhere.ckpt"}), "which is not in"),
+])
+def test_a_broken_selection_file_is_one_line(tmp_path, content, says):
+    folder = _folder_with_two_best(tmp_path)
+    (folder / SELECTION_FILE).write_text(content)
+    with pytest.raises(UserInputError, match=says) as err:
+        find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path)}}, "best")
+    assert "\n" not in str(err.value) and "--ckpt_path" in str(err.value)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--selection.episodes", "5"], "checkpoint.save_top_k is 1"),
+    (["--selection.episodes", "5", "--checkpoint.save_top_k", "3", "--trainer.enable_checkpointing", "false"],
+     "trainer.enable_checkpointing is false"),
+])
+def test_a_selection_without_candidates_is_refused(args, says, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: selection.episodes") and says in err and "\n" not in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_fit_selects_among_the_kept_checkpoints_and_test_takes_the_choice(tmp_path, monkeypatch, capsys, lightning_log):
+    monkeypatch.chdir(tmp_path)
+    common = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.eval_episodes", "1"]
+    main(["fit", *common, "--trainer.max_steps", "48", "--trainer.val_check_interval", "16",
+          "--data.warmup_steps", "50", "--checkpoint.save_top_k", "2",
+          "--selection.episodes", "2", "--selection.seed", "7"])
+    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    kept = sorted(p.name for p in folder.glob("best-step*.ckpt"))
+    selection = json.loads((folder / SELECTION_FILE).read_text())
+    assert len(kept) == 2 and sorted(selection["candidates"]) == kept
+    assert selection["episodes"] == 2 and selection["seed"] == 7 and selection["monitor"] == "val/return"
+    best_return = max(c["return"] for c in selection["candidates"].values())
+    assert selection["candidates"][selection["chosen"]]["return"] == best_return
+    # each candidate's figures are its policy's episodes on env seeds 7 and 8
+    env = gym.make("Pendulum-v1")
+    for name, summary in selection["candidates"].items():
+        policy = TD3.load_from_checkpoint(folder / name, map_location="cpu").policy.eval()
+        assert summary == summarize(play(policy, env, [7, 8]))
+    assert f"selection: best is {folder / selection['chosen']}" in capsys.readouterr().out
+    main(["test", *common, "--data.test_episodes", "1"])
+    assert f"checkpoint: {folder / selection['chosen']} (--ckpt_path best" in lightning_log.text
