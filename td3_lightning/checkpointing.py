@@ -335,13 +335,14 @@ def find_run_checkpoint(config: Any, kind: str) -> Path:
             f"--ckpt_path {kind}: no checkpoint matches {described}; pass a checkpoint file to --ckpt_path"
         )
     newest = max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))
-    return selected_checkpoint(newest.parent) or newest if kind == "best" else newest
+    return selected_checkpoint(newest.parent, newest) or newest if kind == "best" else newest
 
 
-def selected_checkpoint(folder: Path) -> Path | None:
-    """The checkpoint that ``--selection.episodes`` chose in ``folder`` (its ``selection.json``), or None."""
+def selected_checkpoint(folder: Path, newest: Path | None = None) -> Path | None:
+    """The checkpoint that ``--selection.episodes`` chose in ``folder`` (its ``selection.json``), or None: also when
+    the selection is older than ``newest`` (a later run wrote best checkpoints there and selected nothing)."""
     path = folder / SELECTION_FILE
-    if not path.is_file():
+    if not path.is_file() or (newest is not None and path.stat().st_mtime_ns < newest.stat().st_mtime_ns):
         return None
     try:
         chosen = folder / json.loads(path.read_text())["chosen"]

@@ -124,7 +124,8 @@ class TD3CLI(LightningCLIHooks):
     On top of LightningCLI: checkpoints are written atomically (:class:`AtomicCheckpointIO`
     unless the user passes a ``CheckpointIO`` plugin); ``--ckpt_path last`` means the newest
     ``last.ckpt`` of earlier runs, ``--ckpt_path best`` the newest best checkpoint by
-    ``val/return`` (what ``validate`` and ``test`` take without ``--ckpt_path``); a checkpoint is read and checked (readable, TD3, format
+    ``val/return`` or the one ``--selection.episodes`` chose (what ``validate`` and ``test`` take without
+    ``--ckpt_path``); a checkpoint is read and checked (readable, TD3, format
     version, env shapes, buffer size) before anything is built or written; parse errors are
     raised as :class:`UserInputError` with one line.
     """
@@ -141,8 +142,8 @@ class TD3CLI(LightningCLIHooks):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(RLProgressBar, "progress_bar")
         parser.add_lightning_class_args(TestReport, "test_report")
-        parser.add_lightning_class_args(CheckpointSelection, "selection")
         parser.add_lightning_class_args(LearningCurve, "learning_curve")
+        parser.add_lightning_class_args(CheckpointSelection, "selection")  # last: after every hook of the others
         parser.set_defaults(CHECKPOINT_DEFAULTS)
         for name in ("obs_shape", "critic_obs_shape", "action_low", "action_high"):
             parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
@@ -156,7 +157,7 @@ class TD3CLI(LightningCLIHooks):
         except argparse.ArgumentError as err:
             raise UserInputError(one_line_parse_error(str(err), cli_option_names(self, args))) from None
         subcommand = self.config.get("subcommand")
-        check_options(self.config[subcommand] if subcommand else self.config)
+        check_options(self.config[subcommand] if subcommand else self.config, fit=subcommand in ("fit", None))
 
     # ------------------------------------------------------------- the checkpoint, before anything is built
     def read_checkpoint_hparams(self, read: Any) -> None:
@@ -326,16 +327,17 @@ def _as_dict(options: Any) -> dict[str, Any]:
     return options.as_dict() if hasattr(options, "as_dict") else dict(options)
 
 
-def check_options(config: Any) -> None:
+def check_options(config: Any, fit: bool = True) -> None:
     """Every option of a parsed ``fit``, ``validate`` or ``test`` config (the subcommand's section) that can be
     checked without an env: the option groups' own checks (:data:`OPTION_CHECKS`), the Trainer and checkpoint
-    options (:func:`check_trainer_options`) and ``seed_everything``; one-line :class:`UserInputError`."""
+    options (:func:`check_trainer_options`), ``seed_everything`` and, for ``fit``, whether a selection has
+    checkpoints to choose among; one-line :class:`UserInputError`."""
     for group, check in OPTION_CHECKS.items():
         if config.get(group) is not None:
             check(_as_dict(config[group]))
     trainer, checkpoint = _as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {})
     check_trainer_options(trainer, checkpoint)
-    if config.get("selection") is not None:  # the candidates it chooses among
+    if fit and config.get("selection") is not None:  # the candidates it chooses among
         check_selection_options(_as_dict(config["selection"]), checkpoint, trainer.get("enable_checkpointing"))
     check_seed(config.get("seed_everything"))
 

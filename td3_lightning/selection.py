@@ -98,23 +98,42 @@ class CheckpointSelection(L.Callback):
             return
         candidates = sorted((Path(p) for p in callback.best_k_models if Path(p).is_file()),
                             key=lambda p: p.stat().st_mtime_ns)  # the order they were written
-        if not candidates:
+        if len(candidates) < 2:
+            print(f"selection: {len(candidates)} kept checkpoint(s) on disk, nothing to choose among; best stays "
+                  "the newest best checkpoint", flush=True)
             return
-        env = trainer.datamodule.make_eval_env()  # type: ignore[attr-defined]
+        summaries = self._play_each(type(pl_module), candidates, trainer.datamodule.make_eval_env())  # type: ignore[attr-defined]
+        if not summaries:
+            print("selection: no candidate could be played; best stays the newest best checkpoint", flush=True)
+            return
+        chosen, folder = choose(summaries), candidates[0].parent
+        result = {"chosen": chosen, "episodes": self.episodes, "seed": self.seed, "monitor": callback.monitor,
+                  "candidates": summaries}
+        try:
+            with atomic_path(folder / SELECTION_FILE) as tmp:
+                tmp.write_text(json.dumps(result, indent=2) + "\n")
+        except OSError as err:
+            print(f"selection: could not write {folder / SELECTION_FILE} ({err}); best stays the newest best "
+                  f"checkpoint; the choice was {folder / chosen}", flush=True)
+            return
+        print(f"selection: best is {folder / chosen} ({describe(summaries[chosen])}); {folder / SELECTION_FILE}")
+
+    def _play_each(self, module_class: type[L.LightningModule], candidates: list[Path], env: Any
+                   ) -> dict[str, dict[str, Any]]:
+        """Each candidate's summary over the selection episodes; one that cannot be loaded is skipped with a line."""
         seeds = list(range(self.seed, self.seed + self.episodes))
         summaries: dict[str, dict[str, Any]] = {}
         try:
             for path in candidates:
                 start = time.perf_counter()
-                model = type(pl_module).load_from_checkpoint(path, map_location="cpu")
+                try:
+                    model = module_class.load_from_checkpoint(path, map_location="cpu")
+                except Exception as err:  # replaced or damaged since it was kept: the others still count
+                    first = (str(err).strip().splitlines() or [""])[0]
+                    print(f"selection: skipped {path.name} ({type(err).__name__}: {first})", flush=True)
+                    continue
                 summaries[path.name] = summary = summarize(play(model.policy.eval(), env, seeds))
                 print(f"selection: {path.name}: {describe(summary)}, {time.perf_counter() - start:.0f} s", flush=True)
         finally:
             env.close()
-        chosen = choose(summaries)
-        folder = candidates[0].parent
-        result = {"chosen": chosen, "episodes": self.episodes, "seed": self.seed, "monitor": callback.monitor,
-                  "candidates": summaries}
-        with atomic_path(folder / SELECTION_FILE) as tmp:
-            tmp.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"selection: best is {folder / chosen} ({describe(summaries[chosen])}); {folder / SELECTION_FILE}")
+        return summaries

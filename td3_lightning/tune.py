@@ -262,7 +262,7 @@ def check_space(cli: Any, base: list[str], space: dict[str, dict[str, Any]]) -> 
 
 #: fit options that change what a run shows or where it writes, not its val/return
 _DISPLAY_ONLY = ("config", "trainer.default_root_dir", "trainer.enable_progress_bar", "trainer.enable_model_summary",
-                 "progress_bar.", "learning_curve.", "test_report.")
+                 "progress_bar.", "learning_curve.", "test_report.", "selection.")
 
 
 def search_values(cli: Any, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -381,7 +381,9 @@ def run_trial(trial: optuna.Trial, base: list[str], space: dict[str, dict[str, A
     from td3_lightning.callbacks import ReportValReturn  # Lightning is imported when a trial runs
 
     report = ReportValReturn(trial)
-    cli = _build_cli([*base, *as_args(params), "--trainer.default_root_dir", str(folder)], callbacks=[report])
+    # no selection when a trial ends: its value is the last val/return, not the best checkpoint
+    cli = _build_cli([*base, *as_args(params), "--trainer.default_root_dir", str(folder), "--selection.episodes", "0"],
+                     callbacks=[report])
     trial.set_user_attr("seed_everything", cli.config.get("seed_everything"))  # drawn when the config says true
     try:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)

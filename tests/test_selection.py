@@ -6,6 +6,7 @@ import json
 import math
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
@@ -14,7 +15,8 @@ from td3_lightning import TD3
 from td3_lightning.__main__ import main
 from td3_lightning.checkpointing import SELECTION_FILE, find_run_checkpoint
 from td3_lightning.errors import UserInputError
-from td3_lightning.selection import choose, play, rank_key, summarize
+from td3_lightning import selection
+from td3_lightning.selection import CheckpointSelection, choose, play, rank_key, summarize
 
 
 def test_successes_rank_first_then_the_mean_return():
@@ -56,6 +58,9 @@ def test_best_is_the_selected_checkpoint(tmp_path):
     assert find_run_checkpoint(config, "best") == folder / "best-step10.ckpt"
     (folder / "last.ckpt").write_bytes(b"c")
     assert find_run_checkpoint(config, "last") == folder / "last.ckpt"  # last is last, selection or not
+    # a selection older than the newest best checkpoint (a later run that selected nothing) is not used
+    os.utime(folder / SELECTION_FILE, ns=(2_000_000_000, 2_000_000_000))
+    assert find_run_checkpoint(config, "best") == folder / "best-step20.ckpt"
 
 
 @pytest.mark.parametrize("content, says", [
@@ -65,6 +70,7 @@ def test_best_is_the_selected_checkpoint(tmp_path):
 ])
 def test_a_broken_selection_file_is_one_line(tmp_path, content, says):
     folder = _folder_with_two_best(tmp_path)
+    (folder.parent / "elsewhere.ckpt").write_bytes(b"d")  # exists, but outside the checkpoints folder
     (folder / SELECTION_FILE).write_text(content)
     with pytest.raises(UserInputError, match=says) as err:
         find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path)}}, "best")
@@ -86,24 +92,54 @@ def test_a_selection_without_candidates_is_refused(args, says, tmp_path, monkeyp
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def _trainer_keeping(paths: list[Path]) -> SimpleNamespace:
+    return SimpleNamespace(global_rank=0, checkpoint_callback=SimpleNamespace(
+        best_k_models={str(p): 0.0 for p in paths}, monitor="val/return"),
+        datamodule=SimpleNamespace(make_eval_env=lambda: gym.make("Pendulum-v1")))
+
+
+def test_nothing_to_choose_among_is_said_and_best_stays(tmp_path, capsys):
+    (tmp_path / "best-step10.ckpt").write_bytes(b"a")
+    trainer = _trainer_keeping([tmp_path / "best-step10.ckpt", tmp_path / "gone.ckpt"])
+    CheckpointSelection(episodes=3).on_fit_end(trainer, TD3([3], [-2.0], [2.0]))
+    assert "1 kept checkpoint(s) on disk, nothing to choose among" in capsys.readouterr().out
+    assert not (tmp_path / SELECTION_FILE).exists()
+
+
+def test_a_candidate_that_cannot_be_read_is_skipped_with_a_line(tmp_path, capsys):
+    paths = [tmp_path / "best-step10.ckpt", tmp_path / "best-step20.ckpt"]
+    for path in paths:
+        path.write_bytes(b"not a checkpoint")
+    CheckpointSelection(episodes=3).on_fit_end(_trainer_keeping(paths), TD3([3], [-2.0], [2.0]))
+    out = capsys.readouterr().out
+    assert "selection: skipped best-step10.ckpt (" in out and "selection: skipped best-step20.ckpt (" in out
+    assert "no candidate could be played; best stays the newest best checkpoint" in out
+    assert not (tmp_path / SELECTION_FILE).exists()
+
+
 def test_fit_selects_among_the_kept_checkpoints_and_test_takes_the_choice(tmp_path, monkeypatch, capsys, lightning_log):
     monkeypatch.chdir(tmp_path)
+    real_choose, made = selection.choose, []
+    # the first kept (the oldest file) is made the choice, so that `best` is not simply the newest best checkpoint
+    monkeypatch.setattr(selection, "choose", lambda summaries: made.append(real_choose(summaries)) or next(iter(summaries)))
     common = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.eval_episodes", "1"]
     main(["fit", *common, "--trainer.max_steps", "48", "--trainer.val_check_interval", "16",
           "--data.warmup_steps", "50", "--checkpoint.save_top_k", "2",
           "--selection.episodes", "2", "--selection.seed", "7"])
     folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
     kept = sorted(p.name for p in folder.glob("best-step*.ckpt"))
-    selection = json.loads((folder / SELECTION_FILE).read_text())
-    assert len(kept) == 2 and sorted(selection["candidates"]) == kept
-    assert selection["episodes"] == 2 and selection["seed"] == 7 and selection["monitor"] == "val/return"
-    best_return = max(c["return"] for c in selection["candidates"].values())
-    assert selection["candidates"][selection["chosen"]]["return"] == best_return
+    result = json.loads((folder / SELECTION_FILE).read_text())
+    assert len(kept) == 2 and sorted(result["candidates"]) == kept
+    assert result["episodes"] == 2 and result["seed"] == 7 and result["monitor"] == "val/return"
+    oldest = min(kept, key=lambda name: (folder / name).stat().st_mtime_ns)
+    assert result["chosen"] == oldest != max(kept, key=lambda name: (folder / name).stat().st_mtime_ns)
+    best_return = max(c["return"] for c in result["candidates"].values())  # what the real choice took
+    assert result["candidates"][made[0]]["return"] == best_return
     # each candidate's figures are its policy's episodes on env seeds 7 and 8
     env = gym.make("Pendulum-v1")
-    for name, summary in selection["candidates"].items():
+    for name, summary in result["candidates"].items():
         policy = TD3.load_from_checkpoint(folder / name, map_location="cpu").policy.eval()
         assert summary == summarize(play(policy, env, [7, 8]))
-    assert f"selection: best is {folder / selection['chosen']}" in capsys.readouterr().out
+    assert f"selection: best is {folder / result['chosen']}" in capsys.readouterr().out
     main(["test", *common, "--data.test_episodes", "1"])
-    assert f"checkpoint: {folder / selection['chosen']} (--ckpt_path best" in lightning_log.text
+    assert f"checkpoint: {folder / result['chosen']} (--ckpt_path best" in lightning_log.text
