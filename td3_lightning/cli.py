@@ -33,9 +33,11 @@ from td3_lightning.distributed import requested_processes
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
+    SELECTION_FILE,
     ModelCheckpoint,
     check_checkpoint,
     find_run_checkpoint,
+    selected_checkpoint,
     with_atomic_checkpoint_io,
 )
 from td3_lightning.data import ReplayDataModule, check_data_options
@@ -168,9 +170,12 @@ class TD3CLI(LightningCLIHooks):
             if ckpt is None and subcommand in ("validate", "test"):
                 ckpt = "best"  # what the newest run found best, not untrained weights
             if ckpt in ("last", "best"):
-                ckpt = str(find_run_checkpoint(config, ckpt))
+                found = find_run_checkpoint(config, ckpt)
+                selected = ckpt == "best" and selected_checkpoint(found.parent, found) == found
+                ckpt = str(found)
                 self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
                 which = given or f"best, the default of {subcommand}"
+                which += f", chosen in {SELECTION_FILE}" if selected else ""
                 rank_zero_info(f"checkpoint: {ckpt} (--ckpt_path {which})")
             if ckpt is not None and not _lightning_resolves(ckpt):
                 self._ckpt_facts = check_checkpoint(ckpt)

@@ -24,8 +24,8 @@ from td3_lightning.evaluation import run_episode
 
 def check_selection_options(options: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None,
                             checkpointing: bool | None = True) -> None:
-    """One clear line for a :class:`CheckpointSelection` option out of range, or for a selection without
-    candidates (``checkpoint``: the checkpoint callback's options; ``checkpointing``: ``trainer.enable_checkpointing``)."""
+    """One clear line for a :class:`CheckpointSelection` option out of range, or for a selection without candidates
+    (``checkpoint``: the checkpoint callback's options; ``checkpointing``: ``trainer.enable_checkpointing``)."""
     episodes, seed = options["episodes"], options["seed"]
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 0:
         raise UserInputError(f"selection.episodes must be an integer >= 0 (0 = off), got {episodes!r}")
@@ -102,7 +102,8 @@ class CheckpointSelection(L.Callback):
             print(f"selection: {len(candidates)} kept checkpoint(s) on disk, nothing to choose among; best stays "
                   "the newest best checkpoint", flush=True)
             return
-        summaries = self._play_each(type(pl_module), candidates, trainer.datamodule.make_eval_env())  # type: ignore[attr-defined]
+        env = trainer.datamodule.make_eval_env()  # type: ignore[attr-defined]
+        summaries = self._play_each(type(pl_module), candidates, env)
         if not summaries:
             print("selection: no candidate could be played; best stays the newest best checkpoint", flush=True)
             return

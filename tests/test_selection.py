@@ -121,7 +121,8 @@ def test_fit_selects_among_the_kept_checkpoints_and_test_takes_the_choice(tmp_pa
     monkeypatch.chdir(tmp_path)
     real_choose, made = selection.choose, []
     # the first kept (the oldest file) is made the choice, so that `best` is not simply the newest best checkpoint
-    monkeypatch.setattr(selection, "choose", lambda summaries: made.append(real_choose(summaries)) or next(iter(summaries)))
+    monkeypatch.setattr(selection, "choose",
+                        lambda summaries: made.append(real_choose(summaries)) or next(iter(summaries)))
     common = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.eval_episodes", "1"]
     main(["fit", *common, "--trainer.max_steps", "48", "--trainer.val_check_interval", "16",
           "--data.warmup_steps", "50", "--checkpoint.save_top_k", "2",
@@ -142,4 +143,5 @@ def test_fit_selects_among_the_kept_checkpoints_and_test_takes_the_choice(tmp_pa
         assert summary == summarize(play(policy, env, [7, 8]))
     assert f"selection: best is {folder / result['chosen']}" in capsys.readouterr().out
     main(["test", *common, "--data.test_episodes", "1"])
-    assert f"checkpoint: {folder / result['chosen']} (--ckpt_path best" in lightning_log.text
+    said = f"checkpoint: {folder / result['chosen']} (--ckpt_path best, the default of test, chosen in selection.json)"
+    assert said in lightning_log.text
