@@ -155,12 +155,37 @@ def _fsync_dir(folder: Path) -> None:
 class ModelCheckpoint(LightningModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` (same options, same state key in checkpoints), except that
     ``save_last=True`` also writes ``last.ckpt`` after a validation that did not improve the
-    monitored metric."""
+    monitored metric, and that a run resumed into a folder of its own remembers the best checkpoints
+    kept before (``earlier_best_k_models``, never deleted by it): ``--selection.episodes`` chooses among both."""
+
+    earlier_best_k_models: dict[str, Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.earlier_best_k_models = {}
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         super().on_validation_end(trainer, pl_module)
         if self.save_last is True:
             _lightning.save_last_checkpoint_now(self, trainer)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "earlier_best_k_models": dict(self.earlier_best_k_models)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        earlier = dict(state_dict.get("earlier_best_k_models") or {})
+        if state_dict.get("dirpath", self.dirpath) != self.dirpath:  # its best_k_models stay behind: remember them
+            earlier.update(state_dict.get("best_k_models") or {})
+        self.earlier_best_k_models = earlier
+
+    def kept_best(self) -> list[Path]:
+        """The ``save_top_k`` best checkpoints on disk by the monitored metric, of this run and of the runs it
+        resumed (all of them with ``save_top_k -1``), best first."""
+        scored = {**self.earlier_best_k_models, **self.best_k_models}
+        on_disk = [(Path(p), float(v)) for p, v in scored.items() if Path(p).is_file()]
+        on_disk.sort(key=lambda item: item[1], reverse=self.mode == "max")
+        return [p for p, _ in (on_disk if self.save_top_k == -1 else on_disk[: max(self.save_top_k, 0)])]
 
 
 def with_atomic_checkpoint_io(plugins: Any) -> list[Any]:
@@ -300,7 +325,7 @@ def find_run_checkpoint(config: Any, kind: str) -> Path:
     run with this configuration writes: under ``checkpoint.dirpath`` if set, else
     ``<logger save_dir>/<name>/*/checkpoints/`` (by default ``lightning_logs/version_*/checkpoints/``
     in the current folder). Where the newest best checkpoint's folder has a ``selection.json``
-    (``--selection.episodes``), ``best`` is the checkpoint it chose."""
+    (``--selection.episodes``), ``best`` is the checkpoint it chose; ``newest best`` ignores it."""
     trainer = config.get("trainer") or {}
     root = Path(trainer.get("default_root_dir") or os.getcwd())
     checkpoint = config.get("checkpoint") or {}
@@ -328,28 +353,29 @@ def find_run_checkpoint(config: Any, kind: str) -> Path:
         candidates = list(where.glob(pattern))
         described = f"{where}/{pattern}"
     candidates = [p for p in candidates if p.is_file()]
-    if kind == "best":
+    if kind != "last":
         candidates = [p for p in candidates if not p.name.startswith("last")]
     if not candidates:
-        raise UserInputError(
-            f"--ckpt_path {kind}: no checkpoint matches {described}; pass a checkpoint file to --ckpt_path"
-        )
+        raise UserInputError(f"--ckpt_path {'last' if kind == 'last' else 'best'}: no checkpoint matches {described}; "
+                             "pass a checkpoint file to --ckpt_path")
     newest = max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))
-    return selected_checkpoint(newest.parent, newest) or newest if kind == "best" else newest
+    return selected_checkpoint(newest) or newest if kind == "best" else newest
 
 
-def selected_checkpoint(folder: Path, newest: Path | None = None) -> Path | None:
-    """The checkpoint that ``--selection.episodes`` chose in ``folder`` (its ``selection.json``), or None: also when
-    the selection is older than ``newest`` (a later run wrote best checkpoints there and selected nothing)."""
+def selected_checkpoint(newest: Path) -> Path | None:
+    """The checkpoint that ``--selection.episodes`` chose (the ``selection.json`` beside ``newest``, the newest best
+    checkpoint), or None: also when the selection is older than ``newest`` (a later run wrote best checkpoints
+    there and selected nothing)."""
+    folder = newest.parent
     path = folder / SELECTION_FILE
-    if not path.is_file() or (newest is not None and path.stat().st_mtime_ns < newest.stat().st_mtime_ns):
+    if not path.is_file() or path.stat().st_mtime_ns < newest.stat().st_mtime_ns:
         return None
     try:
         chosen = folder / json.loads(path.read_text())["chosen"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserInputError(f"{path} is not a selection this package wrote ({type(err).__name__}: {err}); "
                              "delete it or pass a checkpoint file to --ckpt_path") from None
-    if chosen.parent != folder or not chosen.is_file():
-        raise UserInputError(f"{path} names {chosen.name}, which is not in {folder}; delete {path.name} or pass a "
+    if chosen.suffix != ".ckpt" or not chosen.is_file():
+        raise UserInputError(f"{path} names {chosen}, which is not a checkpoint file; delete {path.name} or pass a "
                              "checkpoint file to --ckpt_path")
-    return chosen
+    return Path(os.path.normpath(chosen))

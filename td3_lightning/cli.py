@@ -170,8 +170,9 @@ class TD3CLI(LightningCLIHooks):
             if ckpt is None and subcommand in ("validate", "test"):
                 ckpt = "best"  # what the newest run found best, not untrained weights
             if ckpt in ("last", "best"):
-                found = find_run_checkpoint(config, ckpt)
-                selected = ckpt == "best" and selected_checkpoint(found.parent, found) == found
+                newest = find_run_checkpoint(config, "last" if ckpt == "last" else "newest best")
+                found = (selected_checkpoint(newest) or newest) if ckpt == "best" else newest
+                selected = found != newest
                 ckpt = str(found)
                 self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
                 which = given or f"best, the default of {subcommand}"

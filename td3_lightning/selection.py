@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -96,8 +97,8 @@ class CheckpointSelection(L.Callback):
         callback = trainer.checkpoint_callback
         if self.episodes == 0 or trainer.global_rank != 0 or callback is None:
             return
-        candidates = sorted((Path(p) for p in callback.best_k_models if Path(p).is_file()),
-                            key=lambda p: p.stat().st_mtime_ns)  # the order they were written
+        kept = callback.kept_best() if hasattr(callback, "kept_best") else [Path(p) for p in callback.best_k_models]
+        candidates = sorted((p for p in kept if p.is_file()), key=lambda p: p.stat().st_mtime_ns)  # as written
         if len(candidates) < 2:
             print(f"selection: {len(candidates)} kept checkpoint(s) on disk, nothing to choose among; best stays "
                   "the newest best checkpoint", flush=True)
@@ -107,9 +108,11 @@ class CheckpointSelection(L.Callback):
         if not summaries:
             print("selection: no candidate could be played; best stays the newest best checkpoint", flush=True)
             return
-        chosen, folder = choose(summaries), candidates[0].parent
+        chosen, folder = choose(summaries), Path(callback.dirpath or candidates[-1].parent)
+        named = {os.path.relpath(path, folder): summaries[str(path)] for path in candidates if str(path) in summaries}
+        chosen = os.path.relpath(chosen, folder)
         result = {"chosen": chosen, "episodes": self.episodes, "seed": self.seed, "monitor": callback.monitor,
-                  "candidates": summaries}
+                  "candidates": named}
         try:
             with atomic_path(folder / SELECTION_FILE) as tmp:
                 tmp.write_text(json.dumps(result, indent=2) + "\n")
@@ -117,11 +120,13 @@ class CheckpointSelection(L.Callback):
             print(f"selection: could not write {folder / SELECTION_FILE} ({err}); best stays the newest best "
                   f"checkpoint; the choice was {folder / chosen}", flush=True)
             return
-        print(f"selection: best is {folder / chosen} ({describe(summaries[chosen])}); {folder / SELECTION_FILE}")
+        print(f"selection: best is {os.path.normpath(folder / chosen)} ({describe(named[chosen])}); "
+              f"{folder / SELECTION_FILE}")
 
     def _play_each(self, module_class: type[L.LightningModule], candidates: list[Path], env: Any
                    ) -> dict[str, dict[str, Any]]:
-        """Each candidate's summary over the selection episodes; one that cannot be loaded is skipped with a line."""
+        """Each candidate's summary over the selection episodes, by path; one that cannot be loaded is skipped with a
+        line."""
         seeds = list(range(self.seed, self.seed + self.episodes))
         summaries: dict[str, dict[str, Any]] = {}
         try:
@@ -133,7 +138,7 @@ class CheckpointSelection(L.Callback):
                     first = (str(err).strip().splitlines() or [""])[0]
                     print(f"selection: skipped {path.name} ({type(err).__name__}: {first})", flush=True)
                     continue
-                summaries[path.name] = summary = summarize(play(model.policy.eval(), env, seeds))
+                summaries[str(path)] = summary = summarize(play(model.policy.eval(), env, seeds))
                 print(f"selection: {path.name}: {describe(summary)}, {time.perf_counter() - start:.0f} s", flush=True)
         finally:
             env.close()

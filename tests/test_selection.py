@@ -10,10 +10,11 @@ from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
+import torch
 
 from td3_lightning import TD3
 from td3_lightning.__main__ import main
-from td3_lightning.checkpointing import SELECTION_FILE, find_run_checkpoint
+from td3_lightning.checkpointing import SELECTION_FILE, ModelCheckpoint, find_run_checkpoint
 from td3_lightning.errors import UserInputError
 from td3_lightning import selection
 from td3_lightning.selection import CheckpointSelection, choose, play, rank_key, summarize
@@ -65,12 +66,12 @@ def test_best_is_the_selected_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("content, says", [
     ("{not json", "is not a selection this package wrote"),
-    (json.dumps({"chosen": "best-step30.ckpt"}), "names best-step30.ckpt, which is not in"),
-    (json.dumps({"chosen": "../elsewhere.ckpt"}), "which is not in"),
+    (json.dumps({"chosen": "best-step30.ckpt"}), "best-step30.ckpt, which is not a checkpoint file"),
+    (json.dumps({"chosen": "../notes.txt"}), "notes.txt, which is not a checkpoint file"),
 ])
 def test_a_broken_selection_file_is_one_line(tmp_path, content, says):
     folder = _folder_with_two_best(tmp_path)
-    (folder.parent / "elsewhere.ckpt").write_bytes(b"d")  # exists, but outside the checkpoints folder
+    (folder.parent / "notes.txt").write_text("d")  # a file, but not a checkpoint
     (folder / SELECTION_FILE).write_text(content)
     with pytest.raises(UserInputError, match=says) as err:
         find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path)}}, "best")
@@ -135,7 +136,7 @@ def test_fit_selects_among_the_kept_checkpoints_and_test_takes_the_choice(tmp_pa
     oldest = min(kept, key=lambda name: (folder / name).stat().st_mtime_ns)
     assert result["chosen"] == oldest != max(kept, key=lambda name: (folder / name).stat().st_mtime_ns)
     best_return = max(c["return"] for c in result["candidates"].values())  # what the real choice took
-    assert result["candidates"][made[0]]["return"] == best_return
+    assert result["candidates"][Path(made[0]).name]["return"] == best_return
     # each candidate's figures are its policy's episodes on env seeds 7 and 8
     env = gym.make("Pendulum-v1")
     for name, summary in result["candidates"].items():
@@ -145,3 +146,43 @@ def test_fit_selects_among_the_kept_checkpoints_and_test_takes_the_choice(tmp_pa
     main(["test", *common, "--data.test_episodes", "1"])
     said = f"checkpoint: {folder / result['chosen']} (--ckpt_path best, the default of test, chosen in selection.json)"
     assert said in lightning_log.text
+
+
+def test_the_kept_best_span_the_runs_a_resume_continued(tmp_path):
+    paths = [tmp_path / f"best-step{n}.ckpt" for n in (10, 20, 30, 40)]
+    for path in paths:
+        path.write_bytes(b"x")
+    callback = ModelCheckpoint(monitor="val/return", mode="max", save_top_k=2, dirpath=tmp_path / "new")
+    callback.earlier_best_k_models = {str(paths[0]): torch.tensor(5.0), str(paths[1]): torch.tensor(1.0),
+                                      str(tmp_path / "gone.ckpt"): torch.tensor(9.0)}
+    callback.best_k_models = {str(paths[2]): torch.tensor(3.0), str(paths[3]): torch.tensor(2.0)}
+    assert callback.kept_best() == [paths[0], paths[2]]  # the best two on disk by score, best first
+    callback.save_top_k = -1
+    assert callback.kept_best() == [paths[0], paths[2], paths[3], paths[1]]
+    # a resume into a folder of its own remembers the best checkpoints of the run it continues, and of those before
+    resumed = ModelCheckpoint(monitor="val/return", mode="max", save_top_k=2, dirpath=tmp_path / "newer")
+    with pytest.warns(UserWarning, match="dirpath has changed"):  # Lightning's: its own best_k_models stay behind
+        resumed.load_state_dict(callback.state_dict())
+    assert set(resumed.earlier_best_k_models) == {*callback.earlier_best_k_models, *callback.best_k_models}
+    same_folder = ModelCheckpoint(monitor="val/return", mode="max", save_top_k=2, dirpath=tmp_path / "new")
+    same_folder.load_state_dict(callback.state_dict())  # Lightning restores best_k_models itself there
+    assert set(same_folder.earlier_best_k_models) == set(callback.earlier_best_k_models)
+    assert set(same_folder.best_k_models) == set(callback.best_k_models)
+
+
+def test_a_resumed_run_selects_among_the_checkpoints_of_both_parts(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    common = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.eval_episodes", "1",
+              "--trainer.val_check_interval", "16", "--data.warmup_steps", "50", "--checkpoint.save_top_k", "2"]
+    main(["fit", *common, "--trainer.max_steps", "48"])
+    main(["fit", *common, "--trainer.max_steps", "96", "--ckpt_path", "last", "--selection.episodes", "2"])
+    first, second = (tmp_path / "lightning_logs" / f"version_{v}" / "checkpoints" for v in (0, 1))
+    saved = torch.load(second / "last.ckpt", map_location="cpu", weights_only=False)["callbacks"]
+    state = next(v for k, v in saved.items() if k.startswith("ModelCheckpoint"))
+    assert {Path(p).resolve() for p in state["earlier_best_k_models"]} == {p.resolve() for p in first.glob("best-*")}
+    scores = {**state["earlier_best_k_models"], **state["best_k_models"]}
+    top_two = sorted(scores, key=lambda p: float(scores[p]), reverse=True)[:2]
+    result = json.loads((second / SELECTION_FILE).read_text())
+    assert {(second / name).resolve() for name in result["candidates"]} == {Path(p).resolve() for p in top_two}
+    chosen = (second / result["chosen"]).resolve()
+    assert find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path)}}, "best").resolve() == chosen
