@@ -326,6 +326,8 @@ def find_run_checkpoint(config: Any, kind: str) -> Path:
     ``<logger save_dir>/<name>/*/checkpoints/`` (by default ``lightning_logs/version_*/checkpoints/``
     in the current folder). Where the newest best checkpoint's folder has a ``selection.json``
     (``--selection.episodes``), ``best`` is the checkpoint it chose; ``newest best`` ignores it."""
+    if kind not in ("last", "best", "newest best"):
+        raise ValueError(f"kind must be last, best or newest best, got {kind!r}")
     trainer = config.get("trainer") or {}
     root = Path(trainer.get("default_root_dir") or os.getcwd())
     checkpoint = config.get("checkpoint") or {}
@@ -371,11 +373,13 @@ def selected_checkpoint(newest: Path) -> Path | None:
     if not path.is_file() or path.stat().st_mtime_ns < newest.stat().st_mtime_ns:
         return None
     try:
-        chosen = folder / json.loads(path.read_text())["chosen"]
+        selection = json.loads(path.read_text())
+        name, candidates = selection["chosen"], selection["candidates"]
+        chosen = Path(os.path.normpath(folder / name))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserInputError(f"{path} is not a selection this package wrote ({type(err).__name__}: {err}); "
                              "delete it or pass a checkpoint file to --ckpt_path") from None
-    if chosen.suffix != ".ckpt" or not chosen.is_file():
-        raise UserInputError(f"{path} names {chosen}, which is not a checkpoint file; delete {path.name} or pass a "
-                             "checkpoint file to --ckpt_path")
-    return Path(os.path.normpath(chosen))
+    if name not in candidates or chosen.name.startswith("last") or chosen.suffix != ".ckpt" or not chosen.is_file():
+        raise UserInputError(f"{path} names {chosen}, which is not one of its candidate checkpoints on disk; delete "
+                             f"{path.name} or pass a checkpoint file to --ckpt_path")
+    return chosen

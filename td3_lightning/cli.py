@@ -171,8 +171,8 @@ class TD3CLI(LightningCLIHooks):
                 ckpt = "best"  # what the newest run found best, not untrained weights
             if ckpt in ("last", "best"):
                 newest = find_run_checkpoint(config, "last" if ckpt == "last" else "newest best")
-                found = (selected_checkpoint(newest) or newest) if ckpt == "best" else newest
-                selected = found != newest
+                chosen = selected_checkpoint(newest) if ckpt == "best" else None
+                found, selected = chosen or newest, chosen is not None
                 ckpt = str(found)
                 self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
                 which = given or f"best, the default of {subcommand}"

@@ -108,7 +108,11 @@ class CheckpointSelection(L.Callback):
         if not summaries:
             print("selection: no candidate could be played; best stays the newest best checkpoint", flush=True)
             return
-        chosen, folder = choose(summaries), Path(callback.dirpath or candidates[-1].parent)
+        # beside the newest best checkpoint on disk, where `--ckpt_path best` looks (an earlier run's folder when
+        # a resumed run kept none)
+        known = {**getattr(callback, "earlier_best_k_models", {}), **callback.best_k_models}
+        folder = max((Path(p) for p in known if Path(p).is_file()), key=lambda p: p.stat().st_mtime_ns).parent
+        chosen = choose(summaries)
         named = {os.path.relpath(path, folder): summaries[str(path)] for path in candidates if str(path) in summaries}
         chosen = os.path.relpath(chosen, folder)
         result = {"chosen": chosen, "episodes": self.episodes, "seed": self.seed, "monitor": callback.monitor,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import math
 import os
 from pathlib import Path
@@ -51,11 +52,14 @@ def _folder_with_two_best(tmp_path: Path) -> Path:
     return folder
 
 
+_BOTH = {"best-step10.ckpt": {}, "best-step20.ckpt": {}}
+
+
 def test_best_is_the_selected_checkpoint(tmp_path):
     folder = _folder_with_two_best(tmp_path)
     config = {"trainer": {"default_root_dir": str(tmp_path)}}
     assert find_run_checkpoint(config, "best") == folder / "best-step20.ckpt"  # the newest, without a selection
-    (folder / SELECTION_FILE).write_text(json.dumps({"chosen": "best-step10.ckpt"}))
+    (folder / SELECTION_FILE).write_text(json.dumps({"chosen": "best-step10.ckpt", "candidates": _BOTH}))
     assert find_run_checkpoint(config, "best") == folder / "best-step10.ckpt"
     (folder / "last.ckpt").write_bytes(b"c")
     assert find_run_checkpoint(config, "last") == folder / "last.ckpt"  # last is last, selection or not
@@ -66,14 +70,18 @@ def test_best_is_the_selected_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("content, says", [
     ("{not json", "is not a selection this package wrote"),
-    (json.dumps({"chosen": "best-step30.ckpt"}), "best-step30.ckpt, which is not a checkpoint file"),
-    (json.dumps({"chosen": "../notes.txt"}), "notes.txt, which is not a checkpoint file"),
+    (json.dumps({"chosen": "best-step10.ckpt"}), "is not a selection this package wrote (KeyError"),
+    (json.dumps({"chosen": "best-step30.ckpt", "candidates": {"best-step30.ckpt": {}}}), "best-step30.ckpt, which is"),
+    (json.dumps({"chosen": "../notes.txt", "candidates": {"../notes.txt": {}}}), "notes.txt, which is"),
+    (json.dumps({"chosen": "last.ckpt", "candidates": {"last.ckpt": {}}}), "last.ckpt, which is"),
+    (json.dumps({"chosen": "best-step10.ckpt", "candidates": {"best-step20.ckpt": {}}}), "best-step10.ckpt, which is"),
 ])
 def test_a_broken_selection_file_is_one_line(tmp_path, content, says):
     folder = _folder_with_two_best(tmp_path)
     (folder.parent / "notes.txt").write_text("d")  # a file, but not a checkpoint
+    (folder / "last.ckpt").write_bytes(b"c")  # a checkpoint, but never a candidate
     (folder / SELECTION_FILE).write_text(content)
-    with pytest.raises(UserInputError, match=says) as err:
+    with pytest.raises(UserInputError, match=re.escape(says)) as err:
         find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path)}}, "best")
     assert "\n" not in str(err.value) and "--ckpt_path" in str(err.value)
 
@@ -170,19 +178,40 @@ def test_the_kept_best_span_the_runs_a_resume_continued(tmp_path):
     assert set(same_folder.best_k_models) == set(callback.best_k_models)
 
 
-def test_a_resumed_run_selects_among_the_checkpoints_of_both_parts(tmp_path, monkeypatch, capsys):
+def test_a_resumed_run_selects_among_the_checkpoints_of_both_parts(tmp_path, monkeypatch, capsys, lightning_log):
     monkeypatch.chdir(tmp_path)
     common = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.eval_episodes", "1",
-              "--trainer.val_check_interval", "16", "--data.warmup_steps", "50", "--checkpoint.save_top_k", "2"]
-    main(["fit", *common, "--trainer.max_steps", "48"])
-    main(["fit", *common, "--trainer.max_steps", "96", "--ckpt_path", "last", "--selection.episodes", "2"])
+              "--trainer.val_check_interval", "16", "--data.warmup_steps", "50", "--checkpoint.save_top_k", "3"]
+    main(["fit", *common, "--trainer.max_steps", "48"])  # three validations, three kept; no selection
     first, second = (tmp_path / "lightning_logs" / f"version_{v}" / "checkpoints" for v in (0, 1))
+    earlier = sorted(first.glob("best-*.ckpt"))
+    # one more validation after the resume: at least two of the whole run's best three are in the first folder
+    chosen_first = []
+    monkeypatch.setattr(selection, "choose", lambda summaries: chosen_first.append(
+        next(p for p in summaries if Path(p).parent == first)) or chosen_first[0])
+    main(["fit", *common, "--trainer.max_steps", "64", "--ckpt_path", "last", "--selection.episodes", "2"])
     saved = torch.load(second / "last.ckpt", map_location="cpu", weights_only=False)["callbacks"]
     state = next(v for k, v in saved.items() if k.startswith("ModelCheckpoint"))
-    assert {Path(p).resolve() for p in state["earlier_best_k_models"]} == {p.resolve() for p in first.glob("best-*")}
+    assert sorted(Path(p) for p in state["earlier_best_k_models"]) == earlier
     scores = {**state["earlier_best_k_models"], **state["best_k_models"]}
-    top_two = sorted(scores, key=lambda p: float(scores[p]), reverse=True)[:2]
-    result = json.loads((second / SELECTION_FILE).read_text())
-    assert {(second / name).resolve() for name in result["candidates"]} == {Path(p).resolve() for p in top_two}
-    chosen = (second / result["chosen"]).resolve()
-    assert find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path)}}, "best").resolve() == chosen
+    top_three = sorted(scores, key=lambda p: float(scores[p]), reverse=True)[:3]
+    result = json.loads((second / SELECTION_FILE).read_text())  # beside the newest best checkpoint
+    assert {Path(os.path.normpath(second / name)) for name in result["candidates"]} == {Path(p) for p in top_three}
+    assert result["chosen"] == f"../../version_0/checkpoints/{Path(chosen_first[0]).name}"
+    assert find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path)}}, "best") == Path(chosen_first[0])
+    main(["test", *common, "--data.test_episodes", "1"])
+    assert f"checkpoint: {chosen_first[0]} (--ckpt_path best, the default of test, chosen in selection.json)" \
+        in lightning_log.text
+
+
+def test_a_resume_with_nothing_left_to_train_selects_beside_the_earlier_checkpoints(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    common = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.eval_episodes", "1",
+              "--trainer.val_check_interval", "16", "--data.warmup_steps", "50", "--checkpoint.save_top_k", "2",
+              "--trainer.max_steps", "48"]
+    main(["fit", *common])
+    main(["fit", *common, "--ckpt_path", "last", "--selection.episodes", "2"])  # the run is over: select only
+    first = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    result = json.loads((first / SELECTION_FILE).read_text())
+    assert sorted(result["candidates"]) == sorted(p.name for p in first.glob("best-*.ckpt"))
+    assert find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path)}}, "best") == first / result["chosen"]
