@@ -109,12 +109,11 @@ class CheckpointSelection(L.Callback):
             print("selection: no candidate could be played; best stays the newest best checkpoint", flush=True)
             return
         # beside the newest best checkpoint on disk, where `--ckpt_path best` looks (an earlier run's folder when
-        # a resumed run kept none)
+        # a resumed run kept none); the names relative to it
         known = {**getattr(callback, "earlier_best_k_models", {}), **callback.best_k_models}
         folder = max((Path(p) for p in known if Path(p).is_file()), key=lambda p: p.stat().st_mtime_ns).parent
-        chosen = choose(summaries)
-        named = {os.path.relpath(path, folder): summaries[str(path)] for path in candidates if str(path) in summaries}
-        chosen = os.path.relpath(chosen, folder)
+        named = {os.path.relpath(path, folder): summary for path, summary in summaries.items()}
+        chosen = os.path.relpath(choose(summaries), folder)
         result = {"chosen": chosen, "episodes": self.episodes, "seed": self.seed, "monitor": callback.monitor,
                   "candidates": named}
         try:
