@@ -171,17 +171,10 @@ def classify(
 # ----------------------------------------------------------------------------------------------- driving
 def load_policy(ckpt: str) -> Policy:
     """The deterministic actor of a td3_lightning checkpoint, as ``obs -> action`` on the CPU."""
-    import torch
-
     from td3_lightning import TD3
+    from td3_lightning.evaluation import numpy_policy
 
-    model = TD3.load_from_checkpoint(ckpt, map_location="cpu").eval()
-
-    def policy(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return model.policy(torch.as_tensor(obs).unsqueeze(0))[0].numpy()
-
-    return policy
+    return numpy_policy(TD3.load_from_checkpoint(ckpt, map_location="cpu").eval().policy)
 
 
 def drive(env: Any, policy: Policy, seed: int, render_at: set[int] | None = None

@@ -319,15 +319,13 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------------------ finding a run's checkpoints
-def find_run_checkpoint(config: Any, kind: str) -> Path:
+def find_run_checkpoint(config: Any, kind: str, selected: bool = True) -> Path:
     """The newest ``last.ckpt`` (``kind`` ``last``) or best checkpoint by ``val/return``
     (``kind`` ``best``: named by ``checkpoint.filename``, ``best-step*.ckpt`` by default) that a
     run with this configuration writes: under ``checkpoint.dirpath`` if set, else
     ``<logger save_dir>/<name>/*/checkpoints/`` (by default ``lightning_logs/version_*/checkpoints/``
     in the current folder). Where the newest best checkpoint's folder has a ``selection.json``
-    (``--selection.episodes``), ``best`` is the checkpoint it chose; ``newest best`` ignores it."""
-    if kind not in ("last", "best", "newest best"):
-        raise ValueError(f"kind must be last, best or newest best, got {kind!r}")
+    (``--selection.episodes``), ``best`` is the checkpoint it chose, unless ``selected`` is False."""
     trainer = config.get("trainer") or {}
     root = Path(trainer.get("default_root_dir") or os.getcwd())
     checkpoint = config.get("checkpoint") or {}
@@ -355,13 +353,14 @@ def find_run_checkpoint(config: Any, kind: str) -> Path:
         candidates = list(where.glob(pattern))
         described = f"{where}/{pattern}"
     candidates = [p for p in candidates if p.is_file()]
-    if kind != "last":
+    if kind == "best":
         candidates = [p for p in candidates if not p.name.startswith("last")]
     if not candidates:
-        raise UserInputError(f"--ckpt_path {'last' if kind == 'last' else 'best'}: no checkpoint matches {described}; "
-                             "pass a checkpoint file to --ckpt_path")
+        raise UserInputError(
+            f"--ckpt_path {kind}: no checkpoint matches {described}; pass a checkpoint file to --ckpt_path"
+        )
     newest = max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))
-    return selected_checkpoint(newest) or newest if kind == "best" else newest
+    return selected_checkpoint(newest) or newest if kind == "best" and selected else newest
 
 
 def selected_checkpoint(newest: Path) -> Path | None:

@@ -170,7 +170,7 @@ class TD3CLI(LightningCLIHooks):
             if ckpt is None and subcommand in ("validate", "test"):
                 ckpt = "best"  # what the newest run found best, not untrained weights
             if ckpt in ("last", "best"):
-                newest = find_run_checkpoint(config, "last" if ckpt == "last" else "newest best")
+                newest = find_run_checkpoint(config, ckpt, selected=False)
                 chosen = selected_checkpoint(newest) if ckpt == "best" else None
                 found, selected = chosen or newest, chosen is not None
                 ckpt = str(found)
@@ -325,7 +325,7 @@ def _check_model(options: dict[str, Any]) -> None:
 
 
 #: option group -> the check of its options (their arguments by name), run on the parsed config
-OPTION_CHECKS = {"model": _check_model, "data": check_data_options, "selection": check_selection_options,
+OPTION_CHECKS = {"model": _check_model, "data": check_data_options,
                  "progress_bar": check_progress_bar_options, "learning_curve": check_learning_curve_options}
 
 
@@ -343,8 +343,9 @@ def check_options(config: Any, fit: bool = True) -> None:
             check(_as_dict(config[group]))
     trainer, checkpoint = _as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {})
     check_trainer_options(trainer, checkpoint)
-    if fit and config.get("selection") is not None:  # the candidates it chooses among
-        check_selection_options(_as_dict(config["selection"]), checkpoint, trainer.get("enable_checkpointing"))
+    if config.get("selection") is not None:  # fit: also whether there are checkpoints to choose among
+        check_selection_options(_as_dict(config["selection"]), checkpoint if fit else None,
+                                trainer.get("enable_checkpointing"))
     check_seed(config.get("seed_everything"))
 
 

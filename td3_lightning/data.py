@@ -26,7 +26,7 @@ from td3_lightning import _lightning
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env
 from td3_lightning.errors import UserInputError
-from td3_lightning.evaluation import EpisodeStream, Policy
+from td3_lightning.evaluation import EpisodeStream, Policy, numpy_policy
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer
 from td3_lightning.samplers import LAPSampler
 from td3_lightning.video import log_tensorboard_video, write_video
@@ -367,14 +367,7 @@ class ReplayDataModule(L.LightningDataModule):
     def policy(self) -> Policy:
         """Deterministic action of the trainer's current policy (the actor, or its checkpoint), as numpy."""
         module = self.trainer.lightning_module
-        actor = module.policy
-
-        def act(obs: np.ndarray) -> np.ndarray:
-            with torch.no_grad():
-                x = torch.as_tensor(obs, device=module.device).unsqueeze(0)
-                return actor(x)[0].cpu().numpy()
-
-        return act
+        return numpy_policy(module.policy, module.device)
 
     def _episodes(self, stage: str, first_seed: int, n: int, record: int) -> DataLoader:
         if self.eval_env is None:

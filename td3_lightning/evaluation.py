@@ -17,6 +17,15 @@ from td3_lightning.video import video_fps
 Policy = Callable[[np.ndarray], np.ndarray]
 
 
+def numpy_policy(actor: torch.nn.Module, device: torch.device | str = "cpu") -> Policy:
+    """``actor`` (batched tensors) as a deterministic ``obs -> action`` on numpy arrays, one observation at a time."""
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return actor(torch.as_tensor(obs, device=device).unsqueeze(0))[0].cpu().numpy()
+
+    return act
+
+
 def run_episode(
     env: gym.Env, policy: Policy, seed: int | None, frames: list[np.ndarray] | None = None
 ) -> dict[str, float]:

@@ -20,7 +20,7 @@ import torch
 
 from td3_lightning.checkpointing import SELECTION_FILE, atomic_path
 from td3_lightning.errors import UserInputError
-from td3_lightning.evaluation import run_episode
+from td3_lightning.evaluation import numpy_policy, run_episode
 
 
 def check_selection_options(options: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None,
@@ -73,10 +73,7 @@ def describe(summary: Mapping[str, Any]) -> str:
 
 def play(policy: torch.nn.Module, env: Any, seeds: list[int]) -> list[dict[str, float]]:
     """Each seed's deterministic episode with ``policy`` (on the CPU)."""
-    def act(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return policy(torch.as_tensor(obs).unsqueeze(0))[0].numpy()
-
+    act = numpy_policy(policy)
     return [run_episode(env, act, seed) for seed in seeds]
 
 

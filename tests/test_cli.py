@@ -104,6 +104,10 @@ def test_load_from_checkpoint_needs_no_env(tmp_path, cli_env):
         (["--data.env_kwargs", "{bogus: 1}"], "data.env_kwargs"),
         (["--data.steps_per_batch", "0"], "data.steps_per_batch must be at least 1, got 0"),
         (["--data.n_step", "0"], "data.n_step must be at least 1, got 0"),
+        (["--selection.episodes", "5"], "error: selection.episodes chooses among the checkpoints kept by "
+                                        "checkpoint.monitor, and checkpoint.save_top_k is 1"),
+        (["--selection.episodes", "5", "--checkpoint.save_top_k", "3", "--trainer.enable_checkpointing", "false"],
+         "error: selection.episodes chooses among the kept checkpoints, and trainer.enable_checkpointing is false"),
     ],
 )
 def test_bad_input_gives_one_line_and_writes_nothing(args, message, tmp_path, monkeypatch, capsys):

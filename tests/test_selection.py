@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import re
 import math
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,11 +13,10 @@ import gymnasium as gym
 import pytest
 import torch
 
-from td3_lightning import TD3
+from td3_lightning import TD3, selection
 from td3_lightning.__main__ import main
 from td3_lightning.checkpointing import SELECTION_FILE, ModelCheckpoint, find_run_checkpoint
 from td3_lightning.errors import UserInputError
-from td3_lightning import selection
 from td3_lightning.selection import CheckpointSelection, choose, play, rank_key, summarize
 
 
@@ -84,21 +83,6 @@ def test_a_broken_selection_file_is_one_line(tmp_path, content, says):
     with pytest.raises(UserInputError, match=re.escape(says)) as err:
         find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path)}}, "best")
     assert "\n" not in str(err.value) and "--ckpt_path" in str(err.value)
-
-
-@pytest.mark.parametrize("args, says", [
-    (["--selection.episodes", "5"], "checkpoint.save_top_k is 1"),
-    (["--selection.episodes", "5", "--checkpoint.save_top_k", "3", "--trainer.enable_checkpointing", "false"],
-     "trainer.enable_checkpointing is false"),
-])
-def test_a_selection_without_candidates_is_refused(args, says, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "pendulum.yaml", *args])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: selection.episodes") and says in err and "\n" not in err, err
-    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 def _trainer_keeping(paths: list[Path]) -> SimpleNamespace:
