@@ -579,6 +579,49 @@ def test_charge_time_left_charges_nothing_at_the_time_limit_and_must_be_a_bool()
         CarRacingState(charge_time_left=1)
 
 
+# ------------------------------------------------------------- aid features
+def test_aid_features_append_the_stall_count_and_the_missed_tile_flag_to_the_same_features():
+    plain = CarRacingState(action_mode="steer_throttle", action_repeat=2)
+    aided = CarRacingState(action_mode="steer_throttle", action_repeat=2, aid_features=True)
+    assert aided.observation_space.shape == (N_FEATURES + 2,)
+    assert (aided.observation_space.low[N_FEATURES:] == 0).all() and (aided.observation_space.high[N_FEATURES:] == 1).all()
+    o0, _ = plain.reset(seed=0)  # the corner-cutting driver misses tiles on this track
+    o1, _ = aided.reset(seed=0)
+    np.testing.assert_array_equal(o1[:N_FEATURES], o0)
+    flags = []
+    for _ in range(500):
+        a = _cutting_driver(o0)
+        o0, _, t0, tr0, _ = plain.step(a)
+        o1, _, _, _, info = aided.step(a)
+        np.testing.assert_array_equal(o1[:N_FEATURES], o0)  # the same 43 features, the same physics
+        assert o1[N_FEATURES] == np.float32(min(aided.stall_frames / 100.0, 1.0))
+        flags.append((o1[N_FEATURES + 1], info["tiles_missed"]))
+        if t0 or tr0:
+            break
+    assert all(flag == (1.0 if missed else 0.0) for flag, missed in flags)
+    assert flags[0][0] == 0.0 and flags[-1][0] == 1.0  # the flag turns on at the first miss and stays
+
+
+def test_aid_features_stall_time_counts_the_frames_a_standing_car_waits_on_the_road():
+    env = CarRacingState(aid_features=True, action_repeat=2)
+    env.reset(seed=0)  # the car stands on the start tile and brakes: no new tile, 2 frames a step
+    stall = [env.step(_a(0.0, 0.0, 1.0))[0][N_FEATURES] for _ in range(55)]
+    expected = [min(2 * (t + 1), 100) / 100 for t in range(55)]  # frames / 100, saturating at 1
+    np.testing.assert_allclose(stall, expected, rtol=0, atol=1e-6)
+
+
+def test_aid_features_must_be_a_bool_and_reach_the_pixel_env_privileged_state():
+    with pytest.raises(ValueError, match="aid_features must be true or false"):
+        CarRacingState(aid_features=1)
+    from td3_lightning.envs.car_racing_pixels import CarRacingPixels
+
+    env = CarRacingPixels(aid_features=True, action_repeat=2)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(_a(0.0, 0.0, 1.0))
+    assert env.privileged_observation_space.shape == (N_FEATURES + 2,)
+    assert info["privileged_obs"].shape == (N_FEATURES + 2,) and info["privileged_obs"][N_FEATURES] == 0.02
+
+
 # --------------------------------------------------------------- gas at rest
 @pytest.mark.parametrize("throttle", [-1.0, -0.5, 0.0, 0.6])
 def test_gas_at_rest_gives_a_standing_car_gas_of_half_throttle_plus_one_half(throttle):

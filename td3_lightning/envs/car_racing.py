@@ -15,7 +15,9 @@ frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty`` / ``off_road_open_lap``,
 ``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames``, ``max_rest_frames``,
-``charge_time_left`` and ``recovery_starts``, all off by default.
+``charge_time_left`` and ``recovery_starts``, all off by default.  ``aid_features`` (off by default)
+appends two observation entries that tell the agent how close the stall aid's end is and whether the
+missed-tile penalty was charged (``AID_FEATURE_NAMES``).
 
 Conventions
 -----------
@@ -72,6 +74,12 @@ and a non-finite value (never seen, but the physics is not ours) becomes 0.
                             road / 100, saturating at 1 (with
                             max_off_road_frames it tells the agent how
                             close the off-road termination is)
+ 43     stall_time          only with aid_features: consecutive frames on    [0, 1]
+                            the road without a newly visited tile / 100,
+                            saturating at 1 (the count of max_stall_frames)
+ 44     tile_missed         only with aid_features: 1 once a tile was left   {0, 1}
+                            unvisited (info["tiles_missed"] > 0: the
+                            missed-tile penalty was charged), else 0
 
 The projection onto the centre line is tracked from step to step (a local
 search around the previous track point, falling back to the nearest point of
@@ -151,6 +159,10 @@ FEATURE_NAMES: tuple[str, ...] = tuple(name for name, _, _ in _TABLE)
 FEATURE_LOW = np.array([lo for _, lo, _ in _TABLE], dtype=np.float32)
 FEATURE_HIGH = np.array([hi for _, _, hi in _TABLE], dtype=np.float32)
 N_FEATURES = len(_TABLE)
+#: the entries ``aid_features=True`` appends, with their bounds
+AID_FEATURE_NAMES: tuple[str, ...] = ("stall_time", "tile_missed")
+_AID_LOW = np.zeros(len(AID_FEATURE_NAMES), dtype=np.float32)
+_AID_HIGH = np.ones(len(AID_FEATURE_NAMES), dtype=np.float32)
 
 _AHEAD_START = FEATURE_NAMES.index(f"ahead_{LOOKAHEAD_TILES[0]}_x")
 _AHEAD_STOP = _AHEAD_START + 2 * len(LOOKAHEAD_TILES)
@@ -325,6 +337,14 @@ class CarRacingState(CarRacing):
             is no longer zero by construction; only throttle -1 keeps the car
             standing.  A moving car is driven exactly as without it, and the
             rules are unchanged: every action is still a CarRacing action.
+        aid_features: part of the policy (set it in ``env_kwargs``, for
+            training and evaluation alike).  False (default): the 43 features
+            above.  True: ``stall_time`` and ``tile_missed`` are appended (45
+            features).  Why: ``max_stall_frames`` and ``missed_tile_penalty``
+            make the value of a standing car depend on how long it has stood
+            and on whether the penalty was already charged; without these
+            entries the critic cannot tell a car that has just stopped from
+            one about to be ended, nor an unspent penalty from a spent one.
         verbose: CarRacing's verbose flag (prints track generation details).
     """
 
@@ -352,6 +372,7 @@ class CarRacingState(CarRacing):
         max_episode_frames: int | None = CAR_RACING_MAX_FRAMES,
         action_mode: str = "carracing",
         gas_at_rest: bool = False,
+        aid_features: bool = False,
         verbose: bool = False,
     ):
         if action_mode not in ACTION_MODES:
@@ -375,6 +396,8 @@ class CarRacingState(CarRacing):
         if gas_at_rest and action_mode != "steer_throttle":
             raise ValueError("gas_at_rest needs action_mode 'steer_throttle' (it maps the throttle axis), "
                              f"got action_mode {action_mode!r}")
+        if not isinstance(aid_features, bool):
+            raise ValueError(f"aid_features must be true or false, got {aid_features!r}")
         if not isinstance(charge_time_left, bool):
             raise ValueError(f"charge_time_left must be true or false, got {charge_time_left!r}")
         if max_episode_frames is not None and (
@@ -422,6 +445,7 @@ class CarRacingState(CarRacing):
             max_episode_frames=max_episode_frames,
             action_mode=action_mode,
             gas_at_rest=gas_at_rest,
+            aid_features=aid_features,
             verbose=verbose,
         )
         self.track_seed = None if track_seed is None else int(track_seed)
@@ -439,7 +463,10 @@ class CarRacingState(CarRacing):
         self.recovery_start_offset = float(recovery_start_offset)
         self.recovery_start_angle = float(recovery_start_angle)
         self.max_episode_frames = None if max_episode_frames is None else int(max_episode_frames)
-        self.observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
+        self.aid_features = aid_features
+        self._low = np.concatenate([FEATURE_LOW, _AID_LOW]) if aid_features else FEATURE_LOW.copy()
+        self._high = np.concatenate([FEATURE_HIGH, _AID_HIGH]) if aid_features else FEATURE_HIGH.copy()
+        self.observation_space = spaces.Box(self._low.copy(), self._high.copy(), dtype=np.float32)
         self.action_mode = action_mode
         self.gas_at_rest = gas_at_rest
         if action_mode == "steer_throttle":
@@ -629,6 +656,8 @@ class CarRacingState(CarRacing):
         open_lap = stalled or rested or (off_road_end and self.off_road_open_lap)
         if (self._newly_missed_tiles() or open_lap) and first_miss:
             total -= self._penalty
+        if self.aid_features:  # the misses are counted from the position just observed
+            obs[-1] = 1.0 if self.tiles_missed else 0.0
         if self.charge_time_left and (off_road_end or stalled or rested) and self.max_episode_frames is not None:
             total -= 0.1 * (self.max_episode_frames - self.frames)  # standing still to the time limit
         info = self._info(lap_finished, out_of_field, off_road_end, stalled, rested)
@@ -763,14 +792,16 @@ class CarRacingState(CarRacing):
             self.tile_visited_count / n,
             min(self.off_road_frames / _OFF_ROAD_SCALE, 1.0),
         ]
-        obs = np.empty(N_FEATURES, dtype=np.float32)
+        if self.aid_features:
+            tail += [min(self.stall_frames / _OFF_ROAD_SCALE, 1.0), 1.0 if self.tiles_missed else 0.0]
+        obs = np.empty(len(self._low), dtype=np.float32)
         obs[:_AHEAD_START] = head
         obs[_AHEAD_START:_AHEAD_STOP] = ahead.ravel()
         obs[_AHEAD_STOP:] = tail
         if not np.isfinite(obs).all():  # never hand out NaN/inf, whatever the physics did
             np.nan_to_num(obs, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-        np.maximum(obs, FEATURE_LOW, out=obs)
-        np.minimum(obs, FEATURE_HIGH, out=obs)
+        np.maximum(obs, self._low, out=obs)
+        np.minimum(obs, self._high, out=obs)
         return obs
 
     # ------------------------------------------------------------------ misc

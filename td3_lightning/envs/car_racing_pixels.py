@@ -35,7 +35,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import EzPickle
 
-from td3_lightning.envs.car_racing import FEATURE_HIGH, FEATURE_LOW, CarRacingState
+from td3_lightning.envs.car_racing import CarRacingState
 
 PIXELS_ENV_ID = "CarRacingPixels-v0"
 STATE_SIZE = 96  # CarRacing-v3's state_pixels frames are 96x96
@@ -82,7 +82,7 @@ class CarRacingPixels(CarRacingState):
         )
         self._stack: np.ndarray | None = None
         #: what ``info["privileged_obs"]`` holds: the state vector of CarRacingState
-        self.privileged_observation_space = spaces.Box(FEATURE_LOW.copy(), FEATURE_HIGH.copy(), dtype=np.float32)
+        self.privileged_observation_space = spaces.Box(self._low.copy(), self._high.copy(), dtype=np.float32)
         self._state: np.ndarray | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
