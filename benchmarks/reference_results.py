@@ -3,8 +3,12 @@ test each final policy on 100 deterministic episodes, and turn the runs into a t
 
     python benchmarks/reference_results.py run --config pendulum.yaml --seeds 0 1 2   # train + test
     python benchmarks/reference_results.py table                                    # markdown table + plot
+    python benchmarks/reference_results.py run --config walker2d.yaml --seeds 0 \
+        --name walker2d_layer_norm --model.layer_norm true     # a variant: its own folder and summaries
 
-Runs live in ``runs/<config name>/seed<S>/`` (the usual ``lightning_logs/version_N`` inside). The
+Options after the known ones go to ``fit`` (the model's are then read back from the checkpoint by ``test``).
+
+Runs live in ``runs/<name>/seed<S>/`` (``--name``, by default the config's name) (the usual ``lightning_logs/version_N`` inside). The
 ``test`` of the final ``last.ckpt`` writes ``test_results.json`` into its own version folder.
 
 ``run`` can be stopped at any time and run again with the same arguments: a seed with a test result
@@ -13,7 +17,7 @@ is skipped, a seed with a ``last.ckpt`` but no test result continues its trainin
 1M-step budget can be spread over several sittings. ``table`` lists unfinished seeds separately,
 with the last step they were evaluated at.
 
-A tested seed is also summarised in ``benchmarks/reference_runs/<config name>/seed<S>.json`` (its
+A tested seed is also summarised in ``benchmarks/reference_runs/<name>/seed<S>.json`` (its
 test results, evaluation curve, training hours and the machine), a few kilobytes meant to be committed:
 ``table`` builds the table and the plot from these summaries, so they outlive the ``runs/`` folder
 (run output, never committed). ``table`` first summarises any tested seed under ``runs/`` that has none.
@@ -57,8 +61,11 @@ def latest_last_ckpt(folder: Path) -> Path:
     return found[-1]
 
 
-def run(config: str, seeds: list[int], extra: list[str]) -> None:
-    name = Path(config).stem
+def run(config: str, seeds: list[int], extra: list[str], name: str | None = None) -> None:
+    """Train and test each seed of ``config`` under ``runs/<name>`` (``name``: the config's stem by default)."""
+    name = name or Path(config).stem
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise SystemExit(f"error: --name {name!r} must be a folder name (letters, digits, '_', '-', '.')")
     for seed in seeds:
         folder = ROOT / name / f"seed{seed}"
         state = seed_state(folder)
@@ -248,10 +255,11 @@ def main() -> None:
     r = sub.add_parser("run", help="train and test one config over several seeds")
     r.add_argument("--config", required=True)
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    r.add_argument("--name", help="the runs/ folder and summary name of a variant (default: the config's name)")
     sub.add_parser("table", help="print the results table and write the plot")
     args, extra = parser.parse_known_args()
     if args.command == "run":
-        run(args.config, args.seeds, extra)
+        run(args.config, args.seeds, extra, args.name)
     else:
         table()
 

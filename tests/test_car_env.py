@@ -584,7 +584,8 @@ def test_aid_features_append_the_stall_count_and_the_missed_tile_flag_to_the_sam
     plain = CarRacingState(action_mode="steer_throttle", action_repeat=2)
     aided = CarRacingState(action_mode="steer_throttle", action_repeat=2, aid_features=True)
     assert aided.observation_space.shape == (N_FEATURES + 2,)
-    assert (aided.observation_space.low[N_FEATURES:] == 0).all() and (aided.observation_space.high[N_FEATURES:] == 1).all()
+    space = aided.observation_space
+    assert (space.low[N_FEATURES:] == 0).all() and (space.high[N_FEATURES:] == 1).all()
     o0, _ = plain.reset(seed=0)  # the corner-cutting driver misses tiles on this track
     o1, _ = aided.reset(seed=0)
     np.testing.assert_array_equal(o1[:N_FEATURES], o0)

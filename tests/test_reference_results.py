@@ -89,6 +89,32 @@ def test_run_skips_tested_seeds_and_continues_unfinished_ones(ref, tmp_path, mon
     assert test == [sys.executable, "-m", "td3_lightning", "test", *common, "--ckpt_path", str(ckpt)]
 
 
+def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_path, monkeypatch):
+    calls: list[list[str]] = []
+    variant = tmp_path / "walker2d_ln" / "seed0"
+
+    def fake_run(cmd: list[str], check: bool) -> None:
+        calls.append(cmd)
+        version = variant / "lightning_logs" / "version_0"
+        if cmd[3] == "fit":
+            _log_vals(version, [(4999, 10.0)])
+            _last_ckpt(version)
+        else:
+            (version / "test_results.json").write_text(json.dumps({"test/return": 5.0}))
+
+    monkeypatch.setattr(ref.subprocess, "run", fake_run)
+    ref.run("walker2d.yaml", [0], ["--model.layer_norm", "true"], name="walker2d_ln")
+    fit, test = calls
+    assert fit[4:] == ["--config", "walker2d.yaml", "--seed_everything", "0", "--trainer.default_root_dir",
+                       str(variant), "--model.layer_norm", "true"]  # a fresh run: no --ckpt_path
+    assert test[-1] == str(variant / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")
+    summary = json.loads((tmp_path / "summaries" / "walker2d_ln" / "seed0.json").read_text())
+    assert summary["test"] == {"test/return": 5.0}
+    assert not (tmp_path / "walker2d").exists()
+    with pytest.raises(SystemExit, match="must be a folder name"):
+        ref.run("walker2d.yaml", [0], [], name="../elsewhere")
+
+
 def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_path, capsys):
     seed = tmp_path / "walker2d" / "seed0"
     _log_vals(_version_dir(seed, 0), [(4999, 100.0), (9999, 300.0)])
