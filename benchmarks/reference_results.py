@@ -8,8 +8,8 @@ test each final policy on 100 deterministic episodes, and turn the runs into a t
 
 Options after the known ones go to ``fit`` (the model's are then read back from the checkpoint by ``test``).
 
-Runs live in ``runs/<name>/seed<S>/`` (``--name``, by default the config's name) (the usual ``lightning_logs/version_N`` inside). The
-``test`` of the final ``last.ckpt`` writes ``test_results.json`` into its own version folder.
+Runs live in ``runs/<name>/seed<S>/`` (``--name``, by default the config's name; the usual
+``lightning_logs/version_N`` inside). The ``test`` of the final ``last.ckpt`` writes ``test_results.json`` into its own version folder.
 
 ``run`` can be stopped at any time and run again with the same arguments: a seed with a test result
 is skipped, a seed with a ``last.ckpt`` but no test result continues its training from there
