@@ -9,7 +9,8 @@ test each final policy on 100 deterministic episodes, and turn the runs into a t
 Options after the known ones go to ``fit`` (the model's are then read back from the checkpoint by ``test``).
 
 Runs live in ``runs/<name>/seed<S>/`` (``--name``, by default the config's name; the usual
-``lightning_logs/version_N`` inside). The ``test`` of the final ``last.ckpt`` writes ``test_results.json`` into its own version folder.
+``lightning_logs/version_N`` inside). The ``test`` of the final ``last.ckpt`` writes ``test_results.json``
+into its own version folder.
 
 ``run`` can be stopped at any time and run again with the same arguments: a seed with a test result
 is skipped, a seed with a ``last.ckpt`` but no test result continues its training from there
@@ -78,7 +79,8 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
         print(f"{name} seed {seed}: {'continuing from its last.ckpt' if resume else 'training'}", flush=True)
         subprocess.run([*base, "fit", *common, *resume, *extra], check=True)
         subprocess.run([*base, "test", *common, "--ckpt_path", str(latest_last_ckpt(folder))], check=True)
-        print(f"{name} seed {seed}: summary written to {save_summary(name, folder)}")
+        path = save_summary(name, folder, ["--config", config, *extra])
+        print(f"{name} seed {seed}: summary written to {path}")
 
 
 def _version(path: Path) -> int:
@@ -106,9 +108,10 @@ def summary_path(name: str, seed_dir: Path) -> Path:
     return SUMMARIES / name / f"{seed_dir.name}.json"
 
 
-def save_summary(name: str, seed_dir: Path) -> Path:
+def save_summary(name: str, seed_dir: Path, fit_args: list[str] | None = None) -> Path:
     """Write ``SUMMARIES/<name>/<seed_dir name>.json`` for a tested seed: its latest test results,
-    its evaluation curve and training hours (:func:`read_seed`) and this machine. The file is
+    its evaluation curve and training hours (:func:`read_seed`), this machine and, when given, the
+    ``fit`` arguments after the seed's own (the config and a variant's options). The file is
     written to a temporary name and renamed, so an interrupted write leaves the previous one."""
     test = latest_test(seed_dir)
     if test is None:
@@ -116,6 +119,8 @@ def save_summary(name: str, seed_dir: Path) -> Path:
     curve, hours = read_seed(seed_dir)
     summary = {"config": name, "seed": int(seed_dir.name[4:]), "test": test, "curve": [list(p) for p in curve],
                "hours": round(hours, 3), "machine": machine()}
+    if fit_args is not None:
+        summary["fit_args"] = fit_args
     path = summary_path(name, seed_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
