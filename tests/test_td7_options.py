@@ -146,6 +146,18 @@ def test_a_sale_run_resumes_exactly(tmp_path):
         assert torch.equal(tensor, resumed.state_dict()[name]), name
 
 
+def test_a_sale_run_is_tested_under_inference_mode_with_the_actions_of_its_actor(tmp_path):
+    trainer, model, dm, _ = _fit(tmp_path, 25, embedding_dim=8, target_update_every=10)
+    obs = torch.randn(4, *model.hparams.obs_shape, dtype=torch.float64)
+    with torch.no_grad():
+        expected = model.actor(obs)
+    with torch.inference_mode():  # what Lightning's test and validate loops run under
+        acted = model.actor(torch.from_numpy(obs.numpy()))
+    assert torch.equal(acted, expected)
+    results = trainer.test(model, datamodule=dm, verbose=False)  # plays its test episodes with the SALE actor
+    assert results[0]["test/episodes"] == dm.test_episodes
+
+
 # ----------------------------------------------------------------------------- value clipping, the actor's Q
 def test_clipped_targets_keep_the_next_value_in_the_range_seen_before_the_last_refresh():
     from td3_lightning.extensions.value_clipping import ClippedTargetValue
