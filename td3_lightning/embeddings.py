@@ -69,7 +69,7 @@ class FixedEncoder(nn.Module):
     def zs(self, obs: Tensor) -> Tensor:
         """``z_s`` of ``obs`` (any float dtype, computed in float32); the last one is kept, since a training
         step asks for it several times (critic, actor, the actor's Q) with the same batch tensor, unchanged,
-        and the same weights."""
+        and the same weights. Inference tensors (test, validation) are encoded without the cache."""
         if torch.jit.is_tracing() or torch.compiler.is_compiling() or obs.is_inference():
             with torch.no_grad():  # an inference tensor (test, validation) has no version to key the cache on
                 return self.encoder.zs(obs.float())

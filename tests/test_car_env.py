@@ -611,16 +611,32 @@ def test_aid_features_stall_time_counts_the_frames_a_standing_car_waits_on_the_r
     np.testing.assert_allclose(stall, expected, rtol=0, atol=1e-6)
 
 
-def test_aid_features_must_be_a_bool_and_reach_the_pixel_env_privileged_state():
+def test_aid_features_must_be_a_bool():
     with pytest.raises(ValueError, match="aid_features must be true or false"):
         CarRacingState(aid_features=1)
+
+
+def test_aid_features_reach_the_pixel_env_privileged_state_and_leave_its_frames_alone():
     from td3_lightning.envs.car_racing_pixels import CarRacingPixels
 
-    env = CarRacingPixels(aid_features=True, action_repeat=2)
-    env.reset(seed=0)
-    _, _, _, _, info = env.step(_a(0.0, 0.0, 1.0))
-    assert env.privileged_observation_space.shape == (N_FEATURES + 2,)
-    assert info["privileged_obs"].shape == (N_FEATURES + 2,) and info["privileged_obs"][N_FEATURES] == 0.02
+    kw = dict(action_mode="steer_throttle", action_repeat=2)
+    frames, aided = CarRacingPixels(**kw), CarRacingPixels(aid_features=True, **kw)
+    state = CarRacingState(aid_features=True, **kw)
+    assert aided.privileged_observation_space.shape == (N_FEATURES + 2,)
+    f0, info0 = frames.reset(seed=0)  # the corner-cutting driver misses its first tiles on this track
+    f1, info1 = aided.reset(seed=0)
+    o, _ = state.reset(seed=0)
+    missed_at = None
+    for t in range(60):
+        np.testing.assert_array_equal(f1, f0)  # the same frames with and without the option
+        np.testing.assert_array_equal(info1.get("privileged_obs", o), o)  # the state env's 45 features, each step
+        a = _cutting_driver(o)
+        f0, *_ = frames.step(a)
+        f1, _, _, _, info1 = aided.step(a)
+        o, _, _, _, info = state.step(a)
+        if missed_at is None and info["tiles_missed"]:
+            missed_at = t
+    assert missed_at is not None and info1["privileged_obs"][N_FEATURES + 1] == 1.0
 
 
 # --------------------------------------------------------------- gas at rest

@@ -16,8 +16,8 @@ summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty`` / ``off_road_open_lap``,
 ``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames``, ``max_rest_frames``,
 ``charge_time_left`` and ``recovery_starts``, all off by default.  ``aid_features`` (off by default)
-appends two observation entries that tell the agent how close the stall aid's end is and whether the
-missed-tile penalty was charged (``AID_FEATURE_NAMES``).
+appends two observation entries that tell the agent how close the stall aid's end is and whether a
+tile was passed unvisited (``AID_FEATURE_NAMES``).
 
 Conventions
 -----------
@@ -77,9 +77,9 @@ and a non-finite value (never seen, but the physics is not ours) becomes 0.
  43     stall_time          only with aid_features: consecutive frames on    [0, 1]
                             the road without a newly visited tile / 100,
                             saturating at 1 (the count of max_stall_frames)
- 44     tile_missed         only with aid_features: 1 once a tile was left   {0, 1}
-                            unvisited (info["tiles_missed"] > 0: the
-                            missed-tile penalty was charged), else 0
+ 44     tile_missed         only with aid_features: 1 once a tile was        {0, 1}
+                            passed unvisited (info["tiles_missed"] > 0;
+                            missed_tile_penalty is charged then), else 0
 
 The projection onto the centre line is tracked from step to step (a local
 search around the previous track point, falling back to the nearest point of
@@ -657,11 +657,15 @@ class CarRacingState(CarRacing):
         if (self._newly_missed_tiles() or open_lap) and first_miss:
             total -= self._penalty
         if self.aid_features:  # the misses are counted from the position just observed
-            obs[-1] = 1.0 if self.tiles_missed else 0.0
+            self._state_vector(obs)[-1] = 1.0 if self.tiles_missed else 0.0
         if self.charge_time_left and (off_road_end or stalled or rested) and self.max_episode_frames is not None:
             total -= 0.1 * (self.max_episode_frames - self.frames)  # standing still to the time limit
         info = self._info(lap_finished, out_of_field, off_road_end, stalled, rested)
         return obs, total, terminated, truncated, info
+
+    def _state_vector(self, obs: np.ndarray) -> np.ndarray:
+        """The feature vector of the observation ``obs`` just returned by :meth:`_observe` (here: ``obs``)."""
+        return obs
 
     def _at_rest(self) -> bool:
         """Whether the hull is slower than ``REST_SPEED``."""

@@ -117,6 +117,9 @@ class CarRacingPixels(CarRacingState):
         info["privileged_obs"] = self._state
         return info
 
+    def _state_vector(self, obs: np.ndarray) -> np.ndarray:
+        return self._state  # the frames carry no features; the privileged state does
+
     def _observe(self) -> np.ndarray:
         # the state vector: the privileged observation, and the track position that the
         # missed-tile book-keeping reads
