@@ -264,6 +264,7 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
     return {
         "path": path,
         "obs_shape": tuple(obs_shape) if obs_shape is not None else None,
+        "env": (data.get("env_id"), data.get("env_kwargs")) if isinstance(data, dict) else (None, None),
         "action_shape": (len(low),) if low is not None else None,
         "action_bounds": (list(low), list(high)) if low is not None and high is not None else None,
         "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,

@@ -9,6 +9,7 @@ checkpoints) printed as one line.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -214,7 +215,7 @@ class TD3CLI(LightningCLIHooks):
             if theirs is not None and tuple(theirs) != tuple(ours):
                 raise UserInputError(
                     f"checkpoint {what} {tuple(theirs)} != {env_id}'s {tuple(ours)} ({path}); "
-                    "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
+                    f"use the env (data.env_id, data.env_kwargs) the checkpoint was trained on{_trained_on(facts)}"
                 )
         bounds = facts["action_bounds"]
         if bounds is not None and [list(b) for b in bounds] != [list(spec.action_low), list(spec.action_high)]:
@@ -272,7 +273,8 @@ class TD3CLI(LightningCLIHooks):
         if tuple(facts["obs_shape"]) != shape:
             raise UserInputError(
                 f"checkpoint observation shape {tuple(facts['obs_shape'])} != {env_id}'s {shape} ({facts['path']}); "
-                "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on") from None
+                f"use the env (data.env_id, data.env_kwargs) the checkpoint was trained on{_trained_on(facts)}"
+            ) from None
 
     def set_seed(self, seed: Any) -> None:
         # "Seed set to N" is said once the input has passed every check (instantiate_trainer),
@@ -327,6 +329,15 @@ def _check_model(options: dict[str, Any]) -> None:
 #: option group -> the check of its options (their arguments by name), run on the parsed config
 OPTION_CHECKS = {"model": _check_model, "data": check_data_options,
                  "progress_bar": check_progress_bar_options, "learning_curve": check_learning_curve_options}
+
+
+def _trained_on(facts: dict[str, Any]) -> str:
+    """``: it was trained on <env> with data.env_kwargs {...}`` when the checkpoint says (older ones do not)."""
+    env_id, kwargs = facts.get("env") or (None, None)
+    if env_id is None or kwargs is None:
+        return ""
+    flow = ", ".join(f"{k}: {json.dumps(v)}" for k, v in kwargs.items())
+    return f": it was trained on {env_id} with data.env_kwargs {{{flow}}}"
 
 
 def _as_dict(options: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ validation and test data are streams of finished deterministic episodes, one per
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import warnings
@@ -461,6 +462,7 @@ class ReplayDataModule(L.LightningDataModule):
         in_flight = self.num_sampled - self.num_consumed
         state: dict[str, Any] = {
             "env_id": self.env_id,
+            "env_kwargs": json.loads(json.dumps(self.env_kwargs, default=str)),  # plain data: told back on a mismatch
             "obs_shape": list(self.spec.obs_shape),
             "action_dim": len(self.spec.action_low),
             "sample_rng": self._sample_gen.get_state() if self._sample_gen is not None else None,

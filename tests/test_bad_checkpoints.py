@@ -90,9 +90,10 @@ CASES = [
     ("weights_only", [], "checkpoint bad.ckpt is not a Lightning checkpoint (no 'state_dict')"),
     ("real", ["--data.env_id", "CarRacingState-v0"],
      "checkpoint observation shape (3,) != CarRacingState-v0's (43,) (bad.ckpt); use the env (data.env_id, "
-     "data.env_kwargs) the checkpoint was trained on"),
+     "data.env_kwargs) the checkpoint was trained on: it was trained on Pendulum-v1 with data.env_kwargs {}"),
     ("real", ["--data.env_id", "td3test/TwoActions-v0"],
-     "checkpoint action shape (1,) != td3test/TwoActions-v0's (2,) (bad.ckpt)"),
+     "checkpoint action shape (1,) != td3test/TwoActions-v0's (2,) (bad.ckpt); use the env (data.env_id, "
+     "data.env_kwargs) the checkpoint was trained on: it was trained on Pendulum-v1 with data.env_kwargs {}"),
     ("real", ["--data.env_id", "td3test/ConstantReward-v0", "--data.env_kwargs", "{obs_dim: 3}"],
      "checkpoint action bounds low=[-2.0] high=[2.0] != td3test/ConstantReward-v0's low=[-1.0] high=[1.0] (bad.ckpt)"),
     ("slim", [], "checkpoint bad.ckpt holds no optimizer or loop state (a slim or weights-only checkpoint): test and "
@@ -267,6 +268,20 @@ def test_export_defaults_to_the_newest_best_checkpoint(real_ckpt, tmp_path, monk
     assert f"checkpoint: {best} (--ckpt_path best)" in capsys.readouterr().out
     slim = torch.load(tmp_path / "policy.ckpt", weights_only=True)
     assert slim["global_step"] == torch.load(best, weights_only=True)["global_step"] and "optimizer_states" not in slim
+
+
+def test_a_checkpoint_of_other_env_kwargs_names_the_ones_it_was_trained_with(tmp_path, monkeypatch, capsys):
+    """A car run with aid_features (45 features) tested with car.yaml (43): the error says which kwargs to give."""
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "car.yaml", "--trainer.max_steps", "4", "--data.warmup_steps", "20",
+          "--data.eval_episodes", "1", "--trainer.val_check_interval", "4", "--selection.episodes", "0",
+          "--model.hidden_dims", "[8]", "--data.batch_size", "4", "--data.env_kwargs.aid_features", "true"])
+    ckpt = next(tmp_path.glob("lightning_logs/version_0/checkpoints/last.ckpt"))
+    err = _error_line(["test", "--config", "car.yaml", "--ckpt_path", str(ckpt)], capsys)
+    assert err == (f"error: checkpoint observation shape (45,) != CarRacingState-v0's (43,) ({ckpt}); use the env "
+                   "(data.env_id, data.env_kwargs) the checkpoint was trained on: it was trained on "
+                   'CarRacingState-v0 with data.env_kwargs {action_repeat: 2, action_mode: "steer_throttle", '
+                   "aid_features: true}")
 
 
 @pytest.mark.parametrize("extra", [[], ["--data.privileged_critic", "true"]])
