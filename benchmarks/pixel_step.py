@@ -16,10 +16,11 @@ import time
 
 import torch
 
+from td3_lightning.envs.car_racing import N_FEATURES
 from td3_lightning.module import TD3
 
 ACTION = ([-1.0, -1.0], [1.0, 1.0])
-STATE_DIM = 43  # CarRacingState-v0's features, the privileged observation of CarRacingPixels-v0
+STATE_DIM = N_FEATURES  # CarRacingState-v0's features, the privileged observation of CarRacingPixels-v0
 
 
 def make(size: int, privileged: bool, random_shift: int) -> TD3:
