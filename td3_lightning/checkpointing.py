@@ -179,10 +179,14 @@ class ModelCheckpoint(LightningModelCheckpoint):
             earlier.update(state_dict.get("best_k_models") or {})
         self.earlier_best_k_models = earlier
 
+    def known_best(self) -> dict[str, Any]:
+        """The best checkpoints (path -> score) of this run and of the runs it resumed."""
+        return {**self.earlier_best_k_models, **self.best_k_models}
+
     def kept_best(self) -> list[Path]:
         """The ``save_top_k`` best checkpoints on disk by the monitored metric, of this run and of the runs it
         resumed (all of them with ``save_top_k -1``), best first."""
-        scored = {**self.earlier_best_k_models, **self.best_k_models}
+        scored = self.known_best()
         on_disk = [(Path(p), float(v)) for p, v in scored.items() if Path(p).is_file()]
         on_disk.sort(key=lambda item: item[1], reverse=self.mode == "max")
         return [p for p, _ in (on_disk if self.save_top_k == -1 else on_disk[: max(self.save_top_k, 0)])]

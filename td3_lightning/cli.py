@@ -173,11 +173,10 @@ class TD3CLI(LightningCLIHooks):
             if ckpt in ("last", "best"):
                 newest = find_run_checkpoint(config, ckpt, selected=False)
                 chosen = selected_checkpoint(newest) if ckpt == "best" else None
-                found, selected = chosen or newest, chosen is not None
-                ckpt = str(found)
+                ckpt = str(chosen or newest)
                 self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
                 which = given or f"best, the default of {subcommand}"
-                which += f", chosen in {SELECTION_FILE}" if selected else ""
+                which += f", chosen in {SELECTION_FILE}" if chosen else ""
                 rank_zero_info(f"checkpoint: {ckpt} (--ckpt_path {which})")
             if ckpt is not None and not _lightning_resolves(ckpt):
                 self._ckpt_facts = check_checkpoint(ckpt)

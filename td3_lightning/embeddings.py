@@ -70,9 +70,8 @@ class FixedEncoder(nn.Module):
         """``z_s`` of ``obs`` (any float dtype, computed in float32); the last one is kept, since a training
         step asks for it several times (critic, actor, the actor's Q) with the same batch tensor, unchanged,
         and the same weights. Inference tensors (test, validation) are encoded without the cache."""
-        if torch.jit.is_tracing() or torch.compiler.is_compiling() or obs.is_inference():
-            with torch.no_grad():  # an inference tensor (test, validation) has no version to key the cache on
-                return self.encoder.zs(obs.float())
+        if torch.jit.is_tracing() or torch.compiler.is_compiling() or obs.is_inference():  # (no version to key on)
+            return self.encoder.zs(obs.float())
         versions = (obs._version, *(p._version for p in self.encoder.parameters()))
         cached = self._cached
         if cached is not None and cached[0] is obs and cached[1] == versions:

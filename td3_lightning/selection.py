@@ -107,7 +107,7 @@ class CheckpointSelection(L.Callback):
             return
         # beside the newest best checkpoint on disk, where `--ckpt_path best` looks (an earlier run's folder when
         # a resumed run kept none); the names relative to it
-        known = {**getattr(callback, "earlier_best_k_models", {}), **callback.best_k_models}
+        known = callback.known_best() if hasattr(callback, "known_best") else callback.best_k_models
         folder = max((Path(p) for p in known if Path(p).is_file()), key=lambda p: p.stat().st_mtime_ns).parent
         named = {os.path.relpath(path, folder): summary for path, summary in summaries.items()}
         chosen = os.path.relpath(choose(summaries), folder)

@@ -129,7 +129,7 @@ LOOKAHEAD_TILES = (1, 2, 3, 5, 7, 10, 14, 19, 25, 32, 40, 50)
 _SPEED_SCALE = 100.0
 _YAW_SCALE = 5.0
 _STEER_LIMIT = 0.4  # revolute joint limit of the front wheels (rad)
-_OFF_ROAD_SCALE = 100.0
+_COUNT_SCALE = 100.0  # off_road_time and stall_time: frames / 100
 _DT = 1.0 / FPS
 
 _WHEELS = ("fl", "fr", "rl", "rr")
@@ -794,10 +794,10 @@ class CarRacingState(CarRacing):
         tail = [
             s / n,
             self.tile_visited_count / n,
-            min(self.off_road_frames / _OFF_ROAD_SCALE, 1.0),
+            min(self.off_road_frames / _COUNT_SCALE, 1.0),
         ]
         if self.aid_features:
-            tail += [min(self.stall_frames / _OFF_ROAD_SCALE, 1.0), 1.0 if self.tiles_missed else 0.0]
+            tail += [min(self.stall_frames / _COUNT_SCALE, 1.0), 1.0 if self.tiles_missed else 0.0]
         obs = np.empty(len(self._low), dtype=np.float32)
         obs[:_AHEAD_START] = head
         obs[_AHEAD_START:_AHEAD_STOP] = ahead.ravel()
