@@ -47,7 +47,7 @@ def table(summaries: dict[str, dict[str, Any]], chosen: str) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpts", nargs="+", required=True, help="candidate checkpoints (.ckpt)")
     parser.add_argument("--config", required=True, help="their config (a path or a bundled name: car.yaml)")
@@ -55,7 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="validation env seeds A, A+1, ..., B-1: one track each")
     parser.add_argument("--workers", type=int, default=1, help="processes (default 1)")
     parser.add_argument("--out", required=True, help="a new JSON file for every candidate's summary and the choice")
-    return parser.parse_args(argv)
+    parser.epilog = track_survey.ENV_KWARGS_HELP
+    return parser.parse_known_args(argv)
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -79,12 +80,12 @@ def main(argv: list[str] | None = None) -> str:
     """Survey every candidate, print the table and write ``--out``; return the chosen checkpoint."""
     from td3_lightning.errors import UserInputError
 
-    args = parse_args(argv)
+    args, extra = parse_args(argv)
     try:
         check_args(args)
-        env_id, env_kwargs, spec = track_survey.read_eval_env(args.config)
+        env_id, env_kwargs, spec = track_survey.read_eval_env(args.config, track_survey.env_overrides(extra))
         for ckpt in args.ckpts:
-            track_survey.check_fit(ckpt, env_id, spec)
+            track_survey.check_fit(ckpt, env_id, env_kwargs, spec)
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

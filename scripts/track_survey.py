@@ -367,9 +367,30 @@ def summary_text(s: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- command line
-def read_eval_env(config: str) -> tuple[str, dict[str, Any], Any]:
+ENV_KWARG = "--data.env_kwargs."
+ENV_KWARGS_HELP = "--data.env_kwargs.KEY VALUE overrides a keyword of the config's env (as fit and test take it)."
+
+
+def env_overrides(extra: list[str]) -> dict[str, Any]:
+    """``--data.env_kwargs.KEY VALUE`` pairs (as the command line takes them; VALUE read as YAML) as a dict;
+    :class:`UserInputError` for anything else."""
+    import yaml
+
+    from td3_lightning.errors import UserInputError
+
+    tokens = [part for item in extra for part in (item.split("=", 1) if item.startswith("--") else [item])]
+    overrides: dict[str, Any] = {}
+    for flag, value in zip(tokens[::2], [*tokens[1::2], None]):
+        if not flag.startswith(ENV_KWARG) or flag == ENV_KWARG or value is None:
+            raise UserInputError(f"unrecognized argument {flag}; besides this script's options only "
+                                 f"{ENV_KWARG}KEY VALUE overrides are taken")
+        overrides[flag[len(ENV_KWARG):]] = yaml.safe_load(value)
+    return overrides
+
+
+def read_eval_env(config: str, overrides: dict[str, Any] | None = None) -> tuple[str, dict[str, Any], Any]:
     """``(env_id, env_kwargs, spec)`` of a config's evaluation env, as ``test`` builds it (a path or the
-    name of a bundled config)."""
+    name of a bundled config), with ``overrides`` of its ``env_kwargs``."""
     import yaml
 
     from td3_lightning.cli import resolve_config_args
@@ -386,6 +407,8 @@ def read_eval_env(config: str) -> tuple[str, dict[str, Any], Any]:
     data = (loaded or {}).get("data") if isinstance(loaded, dict) else None
     if not isinstance(data, dict) or "env_id" not in data:
         raise UserInputError(f"config {path} has no data.env_id; give a td3_lightning config such as car.yaml")
+    if overrides:
+        data = {**data, "env_kwargs": {**(data.get("env_kwargs") or {}), **overrides}}
     try:
         datamodule = ReplayDataModule(**data)
     except TypeError as err:
@@ -393,9 +416,10 @@ def read_eval_env(config: str) -> tuple[str, dict[str, Any], Any]:
     return datamodule.env_id, dict(datamodule.env_kwargs), datamodule.spec
 
 
-def check_fit(ckpt: str, env_id: str, spec: Any) -> None:
+def check_fit(ckpt: str, env_id: str, env_kwargs: dict[str, Any], spec: Any) -> None:
     """One-line error unless the checkpoint's observation and action shapes are the env's."""
     from td3_lightning.checkpointing import check_checkpoint, inspect_checkpoint
+    from td3_lightning.envs import trained_on
     from td3_lightning.errors import UserInputError
 
     check_checkpoint(ckpt)
@@ -404,7 +428,8 @@ def check_fit(ckpt: str, env_id: str, spec: Any) -> None:
                                ("action shape", facts["action_shape"], (len(spec.action_low),))]:
         if theirs is not None and tuple(theirs) != tuple(ours):
             raise UserInputError(f"checkpoint {what} {tuple(theirs)} != {env_id}'s {tuple(ours)} ({ckpt}); "
-                                 "give the --config the checkpoint was trained with")
+                                 "give the --config the checkpoint was trained with"
+                                 + trained_on(facts["env"], env_id, env_kwargs))
 
 
 def check_seeds_and_workers(seeds: list[int], workers: int) -> None:
@@ -435,7 +460,7 @@ def check_args(args: argparse.Namespace) -> None:
                              "(which replaces survey.json and the strips, and leaves other files alone)")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", required=True, help="a td3_lightning checkpoint (.ckpt)")
     parser.add_argument("--config", required=True, help="its config (a path or a bundled name: car.yaml)")
@@ -445,18 +470,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="folder for survey.json and the strips (new or empty)")
     parser.add_argument("--strips", type=int, default=10, help="frame strips of the K worst tracks (default 10)")
     parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
-    return parser.parse_args(argv)
+    parser.epilog = ENV_KWARGS_HELP
+    return parser.parse_known_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the survey; print and return its summary."""
     from td3_lightning.errors import UserInputError
 
-    args = parse_args(argv)
+    args, extra = parse_args(argv)
     try:
         check_args(args)
-        env_id, env_kwargs, spec = read_eval_env(args.config)
-        check_fit(args.ckpt, env_id, spec)
+        env_id, env_kwargs, spec = read_eval_env(args.config, env_overrides(extra))
+        check_fit(args.ckpt, env_id, env_kwargs, spec)
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

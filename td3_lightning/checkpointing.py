@@ -265,10 +265,11 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
     data = ckpt.get(DATAMODULE_KEY) or {}
     replay = data.get("replay") if isinstance(data, dict) else None
     obs_shape = hp.get("obs_shape", data.get("obs_shape") if isinstance(data, dict) else None)
+    env = (data.get("env_id"), data.get("env_kwargs")) if isinstance(data, dict) and data else None
     return {
         "path": path,
         "obs_shape": tuple(obs_shape) if obs_shape is not None else None,
-        "env": (data.get("env_id"), data.get("env_kwargs")) if isinstance(data, dict) else (None, None),
+        "env": env or tuple(ckpt[CHECKPOINT_KEY].get("env") or (None, None)),  # a slim one keeps it in its section
         "action_shape": (len(low),) if low is not None else None,
         "action_bounds": (list(low), list(high)) if low is not None and high is not None else None,
         "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
@@ -318,6 +319,9 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
     ckpt = load_checkpoint(src)
     slim = {k: ckpt[k] for k in SLIM_KEYS if k in ckpt}
     slim[CHECKPOINT_KEY] = {**ckpt[CHECKPOINT_KEY], "noise_rng": None}
+    data = ckpt.get(DATAMODULE_KEY)
+    if isinstance(data, dict) and data.get("env_kwargs") is not None:  # the env it was trained on, told back
+        slim[CHECKPOINT_KEY]["env"] = [data.get("env_id"), data["env_kwargs"]]
     out = Path(out)
     atomic_torch_save(slim, out)
     return out

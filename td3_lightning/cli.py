@@ -42,7 +42,7 @@ from td3_lightning.checkpointing import (
     with_atomic_checkpoint_io,
 )
 from td3_lightning.data import ReplayDataModule, check_data_options
-from td3_lightning.envs import make_env
+from td3_lightning.envs import make_env, trained_on
 from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
 from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
 from td3_lightning.extensions.teacher import check_teacher
@@ -214,7 +214,8 @@ class TD3CLI(LightningCLIHooks):
             if theirs is not None and tuple(theirs) != tuple(ours):
                 raise UserInputError(
                     f"checkpoint {what} {tuple(theirs)} != {env_id}'s {tuple(ours)} ({path}); "
-                    f"use the env (data.env_id, data.env_kwargs) the checkpoint was trained on{_trained_on(facts)}"
+                    "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
+                    + trained_on(facts["env"], env_id, self.datamodule.env_kwargs)
                 )
         bounds = facts["action_bounds"]
         if bounds is not None and [list(b) for b in bounds] != [list(spec.action_low), list(spec.action_high)]:
@@ -272,7 +273,8 @@ class TD3CLI(LightningCLIHooks):
         if tuple(facts["obs_shape"]) != shape:
             raise UserInputError(
                 f"checkpoint observation shape {tuple(facts['obs_shape'])} != {env_id}'s {shape} ({facts['path']}); "
-                f"use the env (data.env_id, data.env_kwargs) the checkpoint was trained on{_trained_on(facts)}"
+                "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
+                + trained_on(facts["env"], env_id, dict(data.get("env_kwargs") or {}))
             ) from None
 
     def set_seed(self, seed: Any) -> None:
@@ -328,15 +330,6 @@ def _check_model(options: dict[str, Any]) -> None:
 #: option group -> the check of its options (their arguments by name), run on the parsed config
 OPTION_CHECKS = {"model": _check_model, "data": check_data_options,
                  "progress_bar": check_progress_bar_options, "learning_curve": check_learning_curve_options}
-
-
-def _trained_on(facts: dict[str, Any]) -> str:
-    """``: it was trained on <env> with data.env_kwargs {...}`` when the checkpoint says (older ones do not)."""
-    env_id, kwargs = facts.get("env") or (None, None)
-    if env_id is None or kwargs is None:
-        return ""
-    flow = ", ".join(f"{k}: {json.dumps(v)}" for k, v in kwargs.items())
-    return f": it was trained on {env_id} with data.env_kwargs {{{flow}}}"
 
 
 def _as_dict(options: Any) -> dict[str, Any]:

@@ -271,17 +271,58 @@ def test_export_defaults_to_the_newest_best_checkpoint(real_ckpt, tmp_path, monk
 
 
 def test_a_checkpoint_of_other_env_kwargs_names_the_ones_it_was_trained_with(tmp_path, monkeypatch, capsys):
-    """A car run with aid_features (45 features) tested with car.yaml (43): the error says which kwargs to give."""
+    """A car run with aid_features (45 features) tested without them (43): the error says which kwargs to give,
+    from the full checkpoint and from its slim export alike."""
+    from td3_lightning.checkpointing import slim_checkpoint
+
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", "car.yaml", "--trainer.max_steps", "4", "--data.warmup_steps", "20",
           "--data.eval_episodes", "1", "--trainer.val_check_interval", "4", "--selection.episodes", "0",
           "--model.hidden_dims", "[8]", "--data.batch_size", "4", "--data.env_kwargs.aid_features", "true"])
     ckpt = next(tmp_path.glob("lightning_logs/version_0/checkpoints/last.ckpt"))
-    err = _error_line(["test", "--config", "car.yaml", "--ckpt_path", str(ckpt)], capsys)
-    assert err == (f"error: checkpoint observation shape (45,) != CarRacingState-v0's (43,) ({ckpt}); use the env "
-                   "(data.env_id, data.env_kwargs) the checkpoint was trained on: it was trained on "
-                   'CarRacingState-v0 with data.env_kwargs {action_repeat: 2, action_mode: "steer_throttle", '
-                   "aid_features: true}")
+    slim = slim_checkpoint(ckpt, tmp_path / "slim.ckpt")
+    for path in (ckpt, slim):
+        err = _error_line(["test", "--config", "car.yaml", "--data.env_kwargs.aid_features", "false",
+                           "--ckpt_path", str(path)], capsys)
+        assert err == (f"error: checkpoint observation shape (45,) != CarRacingState-v0's (43,) ({path}); use the env "
+                       "(data.env_id, data.env_kwargs) the checkpoint was trained on: it was trained on "
+                       'CarRacingState-v0 with data.env_kwargs {action_repeat: 2, action_mode: "steer_throttle", '
+                       "aid_features: true}; add --data.env_kwargs.aid_features true")
+
+
+def test_the_shipped_state_driver_with_car_yaml_is_told_the_option_that_fits_it(tmp_path, monkeypatch, capsys):
+    """car.yaml's env has the aid features; the shipped driver was trained without them."""
+    import td3_lightning
+
+    monkeypatch.chdir(tmp_path)
+    shipped = Path(td3_lightning.__file__).parent / "checkpoints" / "car_random_tracks.ckpt"
+    err = _error_line(["test", "--config", "car.yaml", "--ckpt_path", str(shipped)], capsys)
+    assert err == (f"error: checkpoint observation shape (43,) != CarRacingState-v0's (45,) ({shipped}); use the env "
+                   "(data.env_id, data.env_kwargs) the checkpoint was trained on: it was trained on CarRacingState-v0 "
+                   'with data.env_kwargs {action_repeat: 2, action_mode: "steer_throttle"}; '
+                   "add --data.env_kwargs.aid_features false")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_trained_on_gives_the_overrides_back_to_the_checkpoint_s_env():
+    from td3_lightning.envs import trained_on
+
+    facts = ("CarRacingState-v0", {"action_repeat": 2, "action_mode": "steer_throttle"})
+    said = (': it was trained on CarRacingState-v0 with data.env_kwargs {action_repeat: 2, '
+            'action_mode: "steer_throttle"}')
+    # a differing value, a key the config adds (its default is the checkpoint's), a string given unquoted
+    assert trained_on(facts, "CarRacingState-v0", {"action_repeat": 4, "action_mode": "steer_throttle"}) == (
+        said + "; add --data.env_kwargs.action_repeat 2")
+    assert trained_on(facts, "CarRacingState-v0", {"action_repeat": 2, "action_mode": "carracing"}) == (
+        said + "; add --data.env_kwargs.action_mode steer_throttle")
+    assert trained_on(facts, "CarRacingState-v0", {"action_repeat": 2, "action_mode": "steer_throttle",
+                                                   "aid_features": True, "lookahead": 3}) == said  # lookahead: no such
+    assert trained_on(facts, "CarRacingState-v0", {"aid_features": True}) == (
+        said + "; add --data.env_kwargs.action_repeat 2 --data.env_kwargs.action_mode steer_throttle "
+        "--data.env_kwargs.aid_features false")
+    assert trained_on(facts, "Pendulum-v1", {}) == (
+        said + "; use a config of CarRacingState-v0 with those data.env_kwargs")
+    assert trained_on((None, None), "Pendulum-v1", {}) == ""
 
 
 @pytest.mark.parametrize("extra", [[], ["--data.privileged_critic", "true"]])
@@ -292,6 +333,9 @@ def test_the_pixel_driver_with_the_state_config_names_the_observation_shape(extr
     monkeypatch.chdir(tmp_path)
     pixels = Path(td3_lightning.__file__).parent / "checkpoints" / "car_pixels.ckpt"
     err = _error_line(["test", "--config", "car.yaml", "--ckpt_path", str(pixels), *extra], capsys)
-    assert err == (f"error: checkpoint observation shape (4, 40, 40) != CarRacingState-v0's (43,) ({pixels}); "
-                   "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on")
+    assert err == (f"error: checkpoint observation shape (4, 40, 40) != CarRacingState-v0's (45,) ({pixels}); "
+                   "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on: it was trained on "
+                   'CarRacingPixels-v0 with data.env_kwargs {action_repeat: 2, action_mode: "steer_throttle", '
+                   "grayscale: true, resize: 40, frame_stack: 4}; use a config of CarRacingPixels-v0 with those "
+                   "data.env_kwargs")
     assert list(tmp_path.iterdir()) == []

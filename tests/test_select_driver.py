@@ -13,6 +13,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "td3_lightning" / "checkpoints" / "car_random_tracks.ckpt"
+SHIPPED_ENV = ["--data.env_kwargs.aid_features", "false"]  # car.yaml's env as the shipped driver was trained on
 
 _spec = importlib.util.spec_from_file_location("select_driver", REPO / "scripts" / "select_driver.py")
 sd = importlib.util.module_from_spec(_spec)
@@ -39,7 +40,7 @@ def test_the_driver_that_drives_is_chosen_over_one_that_stands(tmp_path, capsys)
     torch.save(ckpt, standing)
     out = tmp_path / "selection.json"
     chosen = sd.main(["--ckpts", str(standing), str(SHIPPED), "--config", "car.yaml", "--seeds", "1000102",
-                      "1000104", "--out", str(out)])
+                      "1000104", "--out", str(out), *SHIPPED_ENV])
     assert chosen == str(SHIPPED)
     report = json.loads(out.read_text())
     assert report["chosen"] == str(SHIPPED) and report["seeds"] == [1000102, 1000104]

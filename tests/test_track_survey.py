@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "track_survey.py"
 SHIPPED = REPO / "td3_lightning" / "checkpoints" / "car_random_tracks.ckpt"
+SHIPPED_ENV = ["--data.env_kwargs.aid_features", "false"]  # car.yaml's env as the shipped driver was trained on
 
 _spec = importlib.util.spec_from_file_location("track_survey", SCRIPT)
 ts = importlib.util.module_from_spec(_spec)
@@ -196,10 +197,33 @@ def test_bad_arguments_get_one_error_line_and_exit_2(tmp_path, capsys, args, wor
     assert not (tmp_path / "new").exists()
 
 
+def test_the_env_of_the_config_takes_the_command_line_s_env_kwargs(tmp_path, capsys):
+    assert ts.env_overrides(["--data.env_kwargs.aid_features", "false", "--data.env_kwargs.action_repeat=4"]) == {
+        "aid_features": False, "action_repeat": 4}
+    env_id, kwargs, spec = ts.read_eval_env("car.yaml", {"aid_features": False})
+    assert kwargs == {"action_repeat": 2, "action_mode": "steer_throttle", "aid_features": False}
+    assert tuple(spec.obs_shape) == (43,)
+    assert tuple(ts.read_eval_env("car.yaml")[2].obs_shape) == (45,)  # car.yaml's own: the aid features
+    for extra, words in ((["--data.env_kwargs.aid_features"], "--data.env_kwargs.aid_features"),
+                         (["--data.batch_size", "4"], "--data.batch_size"), (["stray"], "stray")):
+        with pytest.raises(SystemExit) as exit_:
+            ts.main(["--ckpt", str(SHIPPED), "--config", "car.yaml", "--seeds", "0", "2",
+                     "--out", str(tmp_path / "new"), *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exit_.value.code == 2 and err == [f"error: unrecognized argument {words}; besides this script's "
+                                                 "options only --data.env_kwargs.KEY VALUE overrides are taken"]
+    # without the override, the one line says which one the shipped driver needs
+    with pytest.raises(SystemExit):
+        ts.main(["--ckpt", str(SHIPPED), "--config", "car.yaml", "--seeds", "0", "2", "--out", str(tmp_path / "new")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("; add --data.env_kwargs.aid_features false"), err
+    assert not (tmp_path / "new").exists()
+
+
 def test_an_out_folder_that_cannot_be_made_is_refused_before_any_driving(tmp_path, capsys):
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(SystemExit) as exit_:
-        ts.main(["--ckpt", str(SHIPPED), "--config", "car.yaml", "--seeds", "0", "2",
+        ts.main(["--ckpt", str(SHIPPED), "--config", "car.yaml", "--seeds", "0", "2", *SHIPPED_ENV,
                  "--out", str(tmp_path / "a_file" / "survey")])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and len(err) == 1 and err[0].startswith("error: cannot make --out "), err
@@ -215,7 +239,7 @@ def test_a_survey_of_two_tracks_matches_the_evaluation_and_repeats_exactly(tmp_p
     from td3_lightning.envs import make_env
     from td3_lightning.evaluation import run_episode
 
-    argv = ["--ckpt", str(SHIPPED), "--config", "car.yaml", "--seeds", "80", "82", "--strips", "1"]
+    argv = ["--ckpt", str(SHIPPED), "--config", "car.yaml", "--seeds", "80", "82", "--strips", "1", *SHIPPED_ENV]
     done = subprocess.run([sys.executable, str(SCRIPT), *argv, "--out", str(tmp_path / "a"), "--workers", "2"],
                           env=cli_env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -225,7 +249,8 @@ def test_a_survey_of_two_tracks_matches_the_evaluation_and_repeats_exactly(tmp_p
     second = json.loads((tmp_path / "b" / "survey.json").read_text())
     assert first["tracks"] == second["tracks"] and first["summary"] == second["summary"] == summary
     assert first["env_id"] == "CarRacingState-v0"
-    assert first["env_kwargs"] == {"action_repeat": 2, "action_mode": "steer_throttle"}  # not train_env_kwargs
+    assert first["env_kwargs"] == {"action_repeat": 2, "action_mode": "steer_throttle",  # not train_env_kwargs
+                                   "aid_features": False}
 
     model = TD3.load_from_checkpoint(SHIPPED, map_location="cpu").eval()
     env = make_env("CarRacingState-v0", {"action_repeat": 2, "action_mode": "steer_throttle"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from dataclasses import dataclass
@@ -52,21 +53,63 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
         raise UserInputError(f"environment '{env_id}' needs a package that is not installed: {err}") from None
 
 
-def _keywords(env_id: str) -> list[str] | None:
-    """The keyword arguments of ``env_id``'s constructor (None: unknown, or any)."""
+def _constructor_params(env_id: str) -> list[Any] | None:
+    """The parameters of ``env_id``'s constructor (None: unknown id, or an entry point that cannot be inspected)."""
     import inspect
 
     from gymnasium.envs.registration import load_env_creator
 
     try:
         entry = gym.spec(env_id).entry_point
-        params = inspect.signature(load_env_creator(entry) if isinstance(entry, str) else entry).parameters.values()
-    except Exception:  # noqa: BLE001 - an entry point that cannot be inspected: say it without the list
+        return list(inspect.signature(load_env_creator(entry) if isinstance(entry, str) else entry).parameters.values())
+    except Exception:  # noqa: BLE001 - said without the list by the callers
         return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+
+
+def _keywords(env_id: str) -> list[str] | None:
+    """The keyword arguments of ``env_id``'s constructor (None: unknown, or any)."""
+    import inspect
+
+    params = _constructor_params(env_id)
+    if params is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
     named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return [p.name for p in params if p.kind in named]
+
+
+def keyword_defaults(env_id: str) -> dict[str, Any]:
+    """The default of each keyword argument of ``env_id``'s constructor, the registration's kwargs applied
+    (empty where the constructor cannot be inspected)."""
+    import inspect
+
+    register_envs()
+    params = _constructor_params(env_id)
+    if params is None:
+        return {}
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    return {**defaults, **(gym.spec(env_id).kwargs or {})}
+
+
+def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, env_kwargs: dict[str, Any]) -> str:
+    """``: it was trained on <env> with data.env_kwargs {...}`` for a checkpoint's ``trained`` env (older
+    checkpoints do not say: empty), and what gives it back from ``env_id`` with ``env_kwargs``: the overrides
+    ``; add --data.env_kwargs.<key> <value> ...`` for the same env id, else the config of that env."""
+    trained_id, trained_kwargs = trained or (None, None)
+    if trained_id is None or trained_kwargs is None:
+        return ""
+    flow = ", ".join(f"{k}: {json.dumps(v)}" for k, v in trained_kwargs.items())
+    said = f": it was trained on {trained_id} with data.env_kwargs {{{flow}}}"
+    if trained_id != env_id:
+        return f"{said}; use a config of {trained_id} with those data.env_kwargs"
+    defaults, missing = keyword_defaults(env_id), object()
+    overrides = []
+    for key in dict.fromkeys([*trained_kwargs, *env_kwargs]):
+        theirs = trained_kwargs.get(key, defaults.get(key, missing))
+        if theirs is missing:
+            return said  # a keyword the checkpoint's env did not have: no override gives it back
+        if theirs != env_kwargs.get(key, defaults.get(key, missing)):
+            overrides.append(f"--data.env_kwargs.{key} {theirs if isinstance(theirs, str) else json.dumps(theirs)}")
+    return f"{said}; add {' '.join(overrides)}" if overrides else said
 
 
 def check_spaces(env: gym.Env, env_id: str, vector_obs: bool = True) -> EnvSpec:
