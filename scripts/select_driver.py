@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> str:
     chosen = choose(summaries)
     print(table(summaries, chosen))
     Path(args.out).write_text(json.dumps({
-        "config": args.config, "seeds": list(args.seeds), "chosen": chosen,
+        "config": args.config, "env_id": env_id, "env_kwargs": env_kwargs, "seeds": list(args.seeds), "chosen": chosen,
         "seconds": round(time.perf_counter() - start, 1), "candidates": summaries}, indent=1) + "\n")
     print(f"chosen: {chosen} ({len(seeds)} validation tracks each; {args.out})")
     return chosen

@@ -1,7 +1,7 @@
 """A per-track survey of a car driver: many tracks, every failure classified, the worst ones drawn.
 
     OMP_NUM_THREADS=1 python scripts/track_survey.py --ckpt td3_lightning/checkpoints/car_random_tracks.ckpt \\
-        --config car.yaml --seeds 1000000 1001000 --out survey_state
+        --config car.yaml --data.env_kwargs.aid_features false --seeds 1000000 1001000 --out survey_state
 
 Each env seed ``A .. B-1`` is one track, driven once by the checkpoint's deterministic actor on the
 config's evaluation env (``data.env_id`` and ``data.env_kwargs``, as ``test`` plays it: CarRacing's
@@ -380,12 +380,30 @@ def env_overrides(extra: list[str]) -> dict[str, Any]:
 
     tokens = [part for item in extra for part in (item.split("=", 1) if item.startswith("--") else [item])]
     overrides: dict[str, Any] = {}
-    for flag, value in zip(tokens[::2], [*tokens[1::2], None]):
-        if not flag.startswith(ENV_KWARG) or flag == ENV_KWARG or value is None:
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        if not flag.startswith(ENV_KWARG) or flag == ENV_KWARG:
             raise UserInputError(f"unrecognized argument {flag}; besides this script's options only "
                                  f"{ENV_KWARG}KEY VALUE overrides are taken")
-        overrides[flag[len(ENV_KWARG):]] = yaml.safe_load(value)
+        value = tokens[i + 1] if i + 1 < len(tokens) else None
+        if value is None or value == "" or (value.startswith("--") and not _is_number(value)):
+            raise UserInputError(f"{flag} needs a value: give {flag} VALUE")
+        try:
+            overrides[flag[len(ENV_KWARG):]] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise UserInputError(f"{flag} {value}: not a YAML value ({str(err).splitlines()[0]}); "
+                                 "quote it or fix it") from None
+        i += 2
     return overrides
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def read_eval_env(config: str, overrides: dict[str, Any] | None = None) -> tuple[str, dict[str, Any], Any]:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 import torch
 import yaml
@@ -304,6 +305,11 @@ def test_the_shipped_state_driver_with_car_yaml_is_told_the_option_that_fits_it(
     assert list(tmp_path.iterdir()) == []
 
 
+class TupleDefaultEnv(gym.Env):
+    def __init__(self, z_range: tuple[float, float] = (0.8, 2.0), name: str = "walker") -> None:
+        self.z_range, self.name = z_range, name
+
+
 def test_trained_on_gives_the_overrides_back_to_the_checkpoint_s_env():
     from td3_lightning.envs import trained_on
 
@@ -323,6 +329,18 @@ def test_trained_on_gives_the_overrides_back_to_the_checkpoint_s_env():
     assert trained_on(facts, "Pendulum-v1", {}) == (
         said + "; use a config of CarRacingState-v0 with those data.env_kwargs")
     assert trained_on((None, None), "Pendulum-v1", {}) == ""
+    # the values as one shell word each that reads back as given; a tuple default equals the stored list
+    gym.register("TupleDefault-v0", entry_point=TupleDefaultEnv)
+    try:
+        other = ("TupleDefault-v0", {"z_range": [0.5, 2.0], "name": "my walker"})
+        assert trained_on(other, "TupleDefault-v0", {}).endswith(
+            "; add --data.env_kwargs.z_range '[0.5,2.0]' --data.env_kwargs.name 'my walker'")
+        assert trained_on(("TupleDefault-v0", {"z_range": [0.8, 2.0]}), "TupleDefault-v0", {}).endswith(
+            ", as configured: TupleDefault-v0 itself has changed since")
+    finally:
+        del gym.registry["TupleDefault-v0"]
+    assert trained_on(("CarRacingState-v0", {"action_mode": "true"}), "CarRacingState-v0", {}).endswith(
+        """; add --data.env_kwargs.action_mode '"true"'""")
 
 
 @pytest.mark.parametrize("extra", [[], ["--data.privileged_critic", "true"]])

@@ -44,6 +44,7 @@ def test_the_driver_that_drives_is_chosen_over_one_that_stands(tmp_path, capsys)
     assert chosen == str(SHIPPED)
     report = json.loads(out.read_text())
     assert report["chosen"] == str(SHIPPED) and report["seeds"] == [1000102, 1000104]
+    assert report["env_kwargs"] == {"action_repeat": 2, "action_mode": "steer_throttle", "aid_features": False}
     stands = report["candidates"][str(standing)]
     assert stands["laps_closed"] == 0 and stands["classes"]["standstill"] == 2
     assert report["candidates"][str(SHIPPED)]["tracks"] == 2

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from td3_lightning.errors import UserInputError
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "track_survey.py"
 SHIPPED = REPO / "td3_lightning" / "checkpoints" / "car_random_tracks.ckpt"
@@ -198,20 +200,32 @@ def test_bad_arguments_get_one_error_line_and_exit_2(tmp_path, capsys, args, wor
 
 
 def test_the_env_of_the_config_takes_the_command_line_s_env_kwargs(tmp_path, capsys):
-    assert ts.env_overrides(["--data.env_kwargs.aid_features", "false", "--data.env_kwargs.action_repeat=4"]) == {
-        "aid_features": False, "action_repeat": 4}
+    assert ts.env_overrides(["--data.env_kwargs.aid_features", "false", "--data.env_kwargs.action_repeat=4",
+                             "--data.env_kwargs.x", "-0.5", "--data.env_kwargs.y", "[1, 2]"]) == {
+        "aid_features": False, "action_repeat": 4, "x": -0.5, "y": [1, 2]}
+    for extra, error in (
+        (["--data.env_kwargs.a", "--data.env_kwargs.b", "1"], "--data.env_kwargs.a needs a value: give "
+                                                              "--data.env_kwargs.a VALUE"),
+        (["--data.env_kwargs.a="], "--data.env_kwargs.a needs a value: give --data.env_kwargs.a VALUE"),
+        (["--data.env_kwargs.a", "[1,"], "--data.env_kwargs.a [1,: not a YAML value (while parsing a flow "
+                                         "node); quote it or fix it"),
+    ):
+        with pytest.raises(UserInputError) as info:
+            ts.env_overrides(extra)
+        assert str(info.value) == error
     env_id, kwargs, spec = ts.read_eval_env("car.yaml", {"aid_features": False})
     assert kwargs == {"action_repeat": 2, "action_mode": "steer_throttle", "aid_features": False}
     assert tuple(spec.obs_shape) == (43,)
     assert tuple(ts.read_eval_env("car.yaml")[2].obs_shape) == (45,)  # car.yaml's own: the aid features
-    for extra, words in ((["--data.env_kwargs.aid_features"], "--data.env_kwargs.aid_features"),
-                         (["--data.batch_size", "4"], "--data.batch_size"), (["stray"], "stray")):
+    only = "; besides this script's options only --data.env_kwargs.KEY VALUE overrides are taken"
+    for extra, error in ((["--data.env_kwargs.aid_features"], "--data.env_kwargs.aid_features needs a value: give "
+                                                              "--data.env_kwargs.aid_features VALUE"),
+                         (["--data.batch_size", "4"], f"unrecognized argument --data.batch_size{only}"),
+                         (["stray"], f"unrecognized argument stray{only}")):
         with pytest.raises(SystemExit) as exit_:
             ts.main(["--ckpt", str(SHIPPED), "--config", "car.yaml", "--seeds", "0", "2",
                      "--out", str(tmp_path / "new"), *extra])
-        err = capsys.readouterr().err.strip().splitlines()
-        assert exit_.value.code == 2 and err == [f"error: unrecognized argument {words}; besides this script's "
-                                                 "options only --data.env_kwargs.KEY VALUE overrides are taken"]
+        assert exit_.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [f"error: {error}"]
     # without the override, the one line says which one the shipped driver needs
     with pytest.raises(SystemExit):
         ts.main(["--ckpt", str(SHIPPED), "--config", "car.yaml", "--seeds", "0", "2", "--out", str(tmp_path / "new")])

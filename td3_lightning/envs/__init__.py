@@ -90,6 +90,23 @@ def keyword_defaults(env_id: str) -> dict[str, Any]:
     return {**defaults, **(gym.spec(env_id).kwargs or {})}
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as a checkpoint stores it (JSON types: a tuple is a list)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _shell_word(value: Any) -> str:
+    """``value`` as one word of a command line that the CLI reads back as ``value``."""
+    import shlex
+
+    import yaml
+
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    if isinstance(value, str) and (value == "" or yaml.safe_load(value) != value):
+        text = json.dumps(value)  # "true", "1", "": quoted, so they stay strings
+    return shlex.quote(text)
+
+
 def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, env_kwargs: dict[str, Any]) -> str:
     """``: it was trained on <env> with data.env_kwargs {...}`` for a checkpoint's ``trained`` env (older
     checkpoints do not say: empty), and what gives it back from ``env_id`` with ``env_kwargs``: the overrides
@@ -101,15 +118,19 @@ def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, e
     said = f": it was trained on {trained_id} with data.env_kwargs {{{flow}}}"
     if trained_id != env_id:
         return f"{said}; use a config of {trained_id} with those data.env_kwargs"
-    defaults, missing = keyword_defaults(env_id), object()
+    missing = object()
+    defaults = {k: _plain(v) for k, v in keyword_defaults(env_id).items()}
+    trained_kwargs, env_kwargs = _plain(trained_kwargs), _plain(env_kwargs)
     overrides = []
     for key in dict.fromkeys([*trained_kwargs, *env_kwargs]):
         theirs = trained_kwargs.get(key, defaults.get(key, missing))
         if theirs is missing:
             return said  # a keyword the checkpoint's env did not have: no override gives it back
         if theirs != env_kwargs.get(key, defaults.get(key, missing)):
-            overrides.append(f"--data.env_kwargs.{key} {theirs if isinstance(theirs, str) else json.dumps(theirs)}")
-    return f"{said}; add {' '.join(overrides)}" if overrides else said
+            overrides.append(f"--data.env_kwargs.{key} {_shell_word(theirs)}")
+    if not overrides:
+        return f"{said}, as configured: {env_id} itself has changed since"
+    return f"{said}; add {' '.join(overrides)}"
 
 
 def check_spaces(env: gym.Env, env_id: str, vector_obs: bool = True) -> EnvSpec:
