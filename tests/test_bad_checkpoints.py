@@ -327,7 +327,7 @@ def test_trained_on_gives_the_overrides_back_to_the_checkpoint_s_env():
         said + "; add --data.env_kwargs.action_repeat 2 --data.env_kwargs.action_mode steer_throttle "
         "--data.env_kwargs.aid_features false")
     assert trained_on(facts, "Pendulum-v1", {}) == (
-        said + "; use a config of CarRacingState-v0 with those data.env_kwargs")
+        said + "; use a config of CarRacingState-v0 (car.yaml or car_track123.yaml) with those data.env_kwargs")
     assert trained_on((None, None), "Pendulum-v1", {}) == ""
     # the values as one shell word each that reads back as given; a tuple default equals the stored list
     gym.register("TupleDefault-v0", entry_point=TupleDefaultEnv)
@@ -354,6 +354,6 @@ def test_the_pixel_driver_with_the_state_config_names_the_observation_shape(extr
     assert err == (f"error: checkpoint observation shape (4, 40, 40) != CarRacingState-v0's (45,) ({pixels}); "
                    "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on: it was trained on "
                    'CarRacingPixels-v0 with data.env_kwargs {action_repeat: 2, action_mode: "steer_throttle", '
-                   "grayscale: true, resize: 40, frame_stack: 4}; use a config of CarRacingPixels-v0 with those "
-                   "data.env_kwargs")
+                   "grayscale: true, resize: 40, frame_stack: 4}; use a config of CarRacingPixels-v0 (car_pixels.yaml) "
+                   "with those data.env_kwargs")
     assert list(tmp_path.iterdir()) == []

@@ -107,6 +107,23 @@ def _shell_word(value: Any) -> str:
     return shlex.quote(text)
 
 
+def _bundled_configs(env_id: str) -> str:
+    """The bundled configs of ``env_id``: ``car_pixels.yaml``, ``a.yaml or b.yaml`` (empty: none)."""
+    from pathlib import Path
+
+    import yaml
+
+    names = []
+    for path in sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")):
+        try:
+            data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        if data.get("env_id") == env_id:
+            names.append(path.name)
+    return " or ".join(names)
+
+
 def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, env_kwargs: dict[str, Any]) -> str:
     """``: it was trained on <env> with data.env_kwargs {...}`` for a checkpoint's ``trained`` env (older
     checkpoints do not say: empty), and what gives it back from ``env_id`` with ``env_kwargs``: the overrides
@@ -117,7 +134,8 @@ def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, e
     flow = ", ".join(f"{k}: {json.dumps(v)}" for k, v in trained_kwargs.items())
     said = f": it was trained on {trained_id} with data.env_kwargs {{{flow}}}"
     if trained_id != env_id:
-        return f"{said}; use a config of {trained_id} with those data.env_kwargs"
+        bundled = _bundled_configs(trained_id)
+        return f"{said}; use a config of {trained_id}{f' ({bundled})' if bundled else ''} with those data.env_kwargs"
     missing = object()
     defaults = {k: _plain(v) for k, v in keyword_defaults(env_id).items()}
     trained_kwargs, env_kwargs = _plain(trained_kwargs), _plain(env_kwargs)
