@@ -3,6 +3,8 @@ test each final policy on 100 deterministic episodes, and turn the runs into a t
 
     python benchmarks/reference_results.py run --config pendulum.yaml --seeds 0 1 2   # train + test
     python benchmarks/reference_results.py table                                    # markdown table + plot
+    python benchmarks/reference_results.py compare --panel "Hopper-v5=hopper,hopper_td7" --max_steps 275000 \
+        --out hopper.png                                    # named summaries side by side
     python benchmarks/reference_results.py run --config walker2d.yaml --seeds 0 \
         --name walker2d_layer_norm --model.layer_norm true     # a variant: its own folder and summaries
 
@@ -254,6 +256,56 @@ def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]):
     return fig
 
 
+def _seeds_label(name: str, seeds: list[int]) -> str:
+    """``hopper (seed 0)``, ``hopper (seeds 0, 1)``."""
+    return f"{name} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"
+
+
+def compare(panels: list[str], out: Path, max_steps: int | None = None):
+    """One panel per ``TITLE=NAME,NAME,...``: the evaluation curves of each named summary, a colour per name and a
+    line per seed, cropped at ``max_steps`` training steps; written to ``out``. Returns the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    summaries = load_summaries()
+    parsed = []
+    for panel in panels:
+        title, _, names = panel.rpartition("=")
+        names = [n for n in names.split(",") if n]
+        unknown = [n for n in names if n not in summaries]
+        if not title or not names or unknown:
+            missing = f"no summary of {', '.join(unknown)}; " if unknown else ""
+            print(f"error: --panel {panel}: {missing}give TITLE=NAME,NAME,... with names of {SUMMARIES}/<NAME>/ "
+                  f"({', '.join(summaries) or 'none yet'})", file=sys.stderr)
+            sys.exit(2)
+        parsed.append((title, names))
+    fig, axes = plt.subplots(1, len(parsed), figsize=(5 * len(parsed), 3.5), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (title, names) in zip(axes.flat, parsed):
+        for color, name in zip(colors * len(names), names):
+            for i, row in enumerate(summaries[name]):
+                points = [p for p in row["curve"] if max_steps is None or p[0] <= max_steps]
+                if points:
+                    steps, values = zip(*points)
+                    ax.plot(steps, values, color=color, alpha=1.0 if i == 0 else 0.6,
+                            label=_seeds_label(name, [r["seed"] for r in summaries[name]]) if i == 0 else None)
+        ax.set_title(title)
+        ax.set_xlabel("training steps")
+        ax.xaxis.set_major_formatter(_steps_label)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+        ax.set_ylabel("evaluation return")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=80)
+    print(f"plot written to {out}")
+    return fig
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -262,9 +314,18 @@ def main() -> None:
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--name", help="the runs/ folder and summary name of a variant (default: the config's name)")
     sub.add_parser("table", help="print the results table and write the plot")
+    c = sub.add_parser("compare", help="plot named summaries side by side, one panel per --panel")
+    c.add_argument("--panel", action="append", required=True, metavar="TITLE=NAME,NAME,...",
+                   help="a panel: its title and the summaries (benchmarks/reference_runs/<NAME>/) drawn in it")
+    c.add_argument("--max_steps", type=int, help="crop the curves at this many training steps")
+    c.add_argument("--out", type=Path, required=True, help="the image file (.png, .svg, ...)")
     args, extra = parser.parse_known_args()
     if args.command == "run":
         run(args.config, args.seeds, extra, args.name)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    elif args.command == "compare":
+        compare(args.panel, args.out, args.max_steps)
     else:
         table()
 

@@ -173,3 +173,24 @@ def test_plot_draws_the_target_of_known_configs(ref):
     assert [list(line.get_ydata()) for line in bipedal.get_lines()] == [[-100.0, 300.0], [310, 310]]
     assert [line.get_label() for line in bipedal.get_lines()] == ["seed0", "target 310"]
     assert len(mine.get_lines()) == 1  # a config without a target: its curve only
+
+
+def test_compare_draws_named_summaries_one_panel_each_and_refuses_unknown_names(ref, tmp_path, capsys):
+    for name, seed, curve in (("plain", 0, [[5000, 10.0], [10000, 30.0], [20000, 99.0]]),
+                              ("plain", 1, [[5000, 20.0]]), ("td7", 0, [[5000, 50.0], [10000, 80.0]])):
+        folder = tmp_path / "summaries" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"seed{seed}.json").write_text(json.dumps({"seed": seed, "curve": curve, "test": {}}))
+    fig = ref.compare(["Walker2d-v5=plain,td7", "only plain=plain"], tmp_path / "out" / "c.png", max_steps=10000)
+    assert (tmp_path / "out" / "c.png").stat().st_size > 0
+    left, right = fig.axes
+    assert left.get_title() == "Walker2d-v5" and right.get_title() == "only plain"
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["plain (seeds 0, 1)", "td7 (seed 0)"]
+    assert [list(line.get_xdata()) for line in left.get_lines()] == [[5000, 10000], [5000], [5000, 10000]]  # cropped
+    assert list(left.get_lines()[2].get_ydata()) == [50.0, 80.0]
+    with pytest.raises(SystemExit) as info:
+        ref.compare(["Walker2d-v5=plain,nope"], tmp_path / "x.png")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1 and err[0].startswith(
+        "error: --panel Walker2d-v5=plain,nope: no summary of nope; give TITLE=NAME,NAME,...")
+    assert not (tmp_path / "x.png").exists()
