@@ -219,6 +219,19 @@ def _steps_label(steps: float, _position: object = None) -> str:
     return f"{steps:g}"
 
 
+def _style(ax, title: str, legend_size: str = "medium") -> None:
+    """A panel's title, axes (training steps in k/M, evaluation return), grid and legend."""
+    import matplotlib.ticker
+
+    ax.set_title(title)
+    ax.set_xlabel("training steps")
+    ax.xaxis.set_major_formatter(_steps_label)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+    ax.set_ylabel("evaluation return")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
 def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]):
     """One panel per config, a curve per seed and the config's target (if it has one) as a dashed
     line; written to ``runs/reference_results.png``. Returns the figure (None without curves)."""
@@ -226,7 +239,6 @@ def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
     if not curves:
         return None
@@ -241,13 +253,7 @@ def _plot(curves: dict[str, dict[str, list[tuple[int, float]]]]):
             ax.plot(steps, values, label=seed)
         if name in TARGETS:
             ax.axhline(TARGETS[name], color="gray", linestyle="--", linewidth=1, label=f"target {TARGETS[name]:g}")
-        ax.set_title(name)
-        ax.set_xlabel("training steps")
-        ax.xaxis.set_major_formatter(_steps_label)
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
-        ax.set_ylabel("evaluation return")
-        ax.grid(alpha=0.3)
-        ax.legend()
+        _style(ax, name)
     fig.tight_layout()
     path = ROOT / "reference_results.png"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -268,7 +274,6 @@ def compare(panels: list[str], out: Path, max_steps: int | None = None):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
     summaries = load_summaries()
     parsed = []
@@ -292,13 +297,7 @@ def compare(panels: list[str], out: Path, max_steps: int | None = None):
                     steps, values = zip(*points)
                     ax.plot(steps, values, color=color, alpha=1.0 if i == 0 else 0.6,
                             label=_seeds_label(name, [r["seed"] for r in summaries[name]]) if i == 0 else None)
-        ax.set_title(title)
-        ax.set_xlabel("training steps")
-        ax.xaxis.set_major_formatter(_steps_label)
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
-        ax.set_ylabel("evaluation return")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        _style(ax, title, legend_size="small")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=80)
