@@ -23,7 +23,7 @@ from lightning.pytorch import Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from td3_lightning import commands
@@ -42,7 +42,7 @@ from td3_lightning.checkpointing import (
     with_atomic_checkpoint_io,
 )
 from td3_lightning.data import ReplayDataModule, check_data_options
-from td3_lightning.envs import make_env, trained_on
+from td3_lightning.envs import env_overrides, make_env, trained_on
 from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
 from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
 from td3_lightning.extensions.teacher import check_teacher
@@ -134,6 +134,7 @@ class TD3CLI(LightningCLIHooks):
     """
 
     _ckpt_facts: dict[str, Any] | None = None
+    _notes: tuple[str, ...] = ()  # said once the input has passed every check
     _seeded = False  # set_seed ran ("Seed set to N" is said when the Trainer is built)
 
     @staticmethod
@@ -195,9 +196,9 @@ class TD3CLI(LightningCLIHooks):
         saved = list(self.config[subcommand]["model"].get("reset_steps") or []) if subcommand else []
         if resets and saved != list(resets):
             self.config[subcommand]["model"]["reset_steps"] = list(resets)
-            rank_zero_info(f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's {saved}: the "
-                           f"networks start over after training step{'s' if len(resets) > 1 else ''} "
-                           f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)")
+            self._notes += (f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's {saved}: the "
+                            f"networks start over after training step{'s' if len(resets) > 1 else ''} "
+                            f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)",)
 
     def _check_against_env(self) -> None:
         """The checkpoint's observation and action spaces (and replay capacity) against the
@@ -234,6 +235,12 @@ class TD3CLI(LightningCLIHooks):
                 f"checkpoint replay buffer capacity {capacity} != data.buffer_size {self.datamodule.buffer_size} "
                 f"({path}); set data.buffer_size {capacity} to resume it"
             )
+        trained_id, trained_kwargs = facts["env"]
+        if trained_id == env_id and trained_kwargs is not None:  # the same shapes, perhaps not the same env
+            overrides = env_overrides(trained_kwargs, env_id, self.datamodule.env_kwargs)
+            if overrides:
+                rank_zero_warn(f"checkpoint {path} was trained on {env_id} with other data.env_kwargs than this "
+                               f"{self.subcommand}'s: add {' '.join(overrides)} to play it as it was trained")
 
     def before_instantiate_classes(self) -> None:
         """What ``model.compile_mode cudagraphs`` and ``model.policy_checkpoints`` need, checked for ``fit`` (and
@@ -292,6 +299,8 @@ class TD3CLI(LightningCLIHooks):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
         self._check_against_env()  # model and datamodule exist now; nothing is written yet
+        for note in self._notes if self.subcommand in ("fit", None) else ():  # what this training does otherwise
+            rank_zero_info(note)
         if self.subcommand in ("fit", None) and self.model.hparams.get("teacher"):  # read when fitting starts
             check_teacher(self.model.hparams.teacher, self.model.hparams)
         config = cli_config_value(self, self.config_init, "trainer", default={})

@@ -139,9 +139,14 @@ class OneLineParser(argparse.ArgumentParser):
         if unknown:
             token = unknown.group(1).split("=", 1)[0]
             if token.startswith("-"):
-                return f"unknown option {token}{did_you_mean(token, self._options())}"
+                close = did_you_mean(token, self._options())
+                return f"unknown option {token}{close or self.unknown_option_hint(token)}"
             return f"unexpected argument {token!r}: a value follows the option it belongs to, e.g. --out policy.ckpt"
         return message
+
+    def unknown_option_hint(self, token: str) -> str:
+        """What to say after ``unknown option <token>`` when no option is close (a subclass says why)."""
+        return ""
 
     def actions(self) -> list[argparse.Action]:
         """Every option of this parser but ``--help`` (for tests that walk them)."""

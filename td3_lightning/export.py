@@ -133,8 +133,15 @@ def check_out(src: str | Path, out: str | Path, overwrite: bool = False) -> None
         raise UserInputError(f"--out {out} exists; pass --overwrite to replace it, or choose another --out")
 
 
+class _ExportParser(OneLineParser):
+    def unknown_option_hint(self, token: str) -> str:
+        if token == "--config" or token.startswith(("--data.", "--model.", "--trainer.")):
+            return " (export reads the networks and the env's shapes from the checkpoint: no config options)"
+        return ""
+
+
 def _parser() -> OneLineParser:
-    parser = OneLineParser(prog=f"{PROG} export", description=__doc__, allow_abbrev=False,
+    parser = _ExportParser(prog=f"{PROG} export", description=__doc__, allow_abbrev=False,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt_path", default="best", metavar="CKPT",
                         help="the checkpoint to export from: best (default) or last, the newest run's under "

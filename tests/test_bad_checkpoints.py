@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -327,7 +328,7 @@ def test_trained_on_gives_the_overrides_back_to_the_checkpoint_s_env():
         said + "; add --data.env_kwargs.action_repeat 2 --data.env_kwargs.action_mode steer_throttle "
         "--data.env_kwargs.aid_features false")
     assert trained_on(facts, "Pendulum-v1", {}) == (
-        said + "; use a config of CarRacingState-v0 (car.yaml or car_track123.yaml) with those data.env_kwargs")
+        said + "; use --config car.yaml --data.env_kwargs.aid_features false")  # the bundled config needing fewest
     assert trained_on((None, None), "Pendulum-v1", {}) == ""
     # the values as one shell word each that reads back as given; a tuple default equals the stored list
     gym.register("TupleDefault-v0", entry_point=TupleDefaultEnv)
@@ -343,6 +344,43 @@ def test_trained_on_gives_the_overrides_back_to_the_checkpoint_s_env():
         """; add --data.env_kwargs.action_mode '"true"'""")
 
 
+def test_the_same_shapes_from_other_env_kwargs_are_played_with_a_warning_that_names_the_overrides(
+        tmp_path, monkeypatch, lightning_log):
+    """The whole env_kwargs replaced by a dict without action_repeat: 43 features still, but another env."""
+    import td3_lightning
+
+    monkeypatch.chdir(tmp_path)
+    shipped = Path(td3_lightning.__file__).parent / "checkpoints" / "car_random_tracks.ckpt"
+    args = ["test", "--config", "car.yaml", "--ckpt_path", str(shipped), "--data.test_episodes", "1"]
+    with pytest.warns(UserWarning) as caught:
+        main([*args, "--data.env_kwargs", "{aid_features: false, action_mode: steer_throttle}"])
+    assert [str(w.message) for w in caught if "trained on" in str(w.message)] == [
+        f"checkpoint {shipped} was trained on CarRacingState-v0 with other data.env_kwargs than this test's: add "
+        "--data.env_kwargs.action_repeat 2 to play it as it was trained"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # as trained: no such warning
+        main([*args, "--data.env_kwargs.aid_features", "false"])
+    assert "reset_steps" not in lightning_log.text  # a training note, said by fit only
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ("{aid_features: maybe}", "error: data.env_kwargs {'aid_features': 'maybe'}: a value that 'CarRacingState-v0' "
+                              "refuses: aid_features must be true or false, got 'maybe'; fix it"),
+    ("{action_repeat: 0}", "error: data.env_kwargs {'action_repeat': 0}: a value that 'CarRacingState-v0' refuses: "
+                           "action_repeat must be an integer >= 1, got 0; fix it"),
+])
+def test_a_value_the_env_refuses_is_one_line(kwargs, error, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert _error_line(["fit", "--config", "car.yaml", "--data.env_kwargs", kwargs], capsys) == error
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_misspelt_env_keyword_is_told_the_closest_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    err = _error_line(["fit", "--config", "car.yaml", "--data.env_kwargs.aid_feature", "true"], capsys)
+    assert "got an unexpected keyword argument 'aid_feature' (did you mean data.env_kwargs.aid_features?); " in err
+
+
 @pytest.mark.parametrize("extra", [[], ["--data.privileged_critic", "true"]])
 def test_the_pixel_driver_with_the_state_config_names_the_observation_shape(extra, tmp_path, monkeypatch, capsys):
     """The real cause, not what follows from it (a teacher without a privileged observation, an env without one)."""
@@ -354,6 +392,5 @@ def test_the_pixel_driver_with_the_state_config_names_the_observation_shape(extr
     assert err == (f"error: checkpoint observation shape (4, 40, 40) != CarRacingState-v0's (45,) ({pixels}); "
                    "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on: it was trained on "
                    'CarRacingPixels-v0 with data.env_kwargs {action_repeat: 2, action_mode: "steer_throttle", '
-                   "grayscale: true, resize: 40, frame_stack: 4}; use a config of CarRacingPixels-v0 (car_pixels.yaml) "
-                   "with those data.env_kwargs")
+                   "grayscale: true, resize: 40, frame_stack: 4}; use --config car_pixels.yaml")
     assert list(tmp_path.iterdir()) == []

@@ -287,3 +287,17 @@ def test_export_into_a_folder_that_is_not_there_writes_nothing(out, line, pendul
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.splitlines() == [line]
     assert _snapshot(tmp_path) == {"notes.txt": b"notes\n"}
+
+
+@pytest.mark.parametrize("option", ["--config", "--data.env_kwargs.aid_features", "--model.gamma"])
+def test_export_given_a_config_option_says_it_reads_everything_from_the_checkpoint(option, tmp_path, capsys,
+                                                                                  monkeypatch):
+    from td3_lightning.export import main as export_main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        export_main([option, "x", "--out", "policy.ckpt"])
+    assert info.value.code == 2 and capsys.readouterr().err == (
+        f"error: unknown option {option} (export reads the networks and the env's shapes from the checkpoint: no "
+        "config options); python -m td3_lightning export --help lists the options\n")
+    assert list(tmp_path.iterdir()) == []

@@ -11,7 +11,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from td3_lightning.errors import UserInputError
+from td3_lightning.errors import UserInputError, did_you_mean
 from td3_lightning.registration import register_envs
 
 
@@ -48,7 +48,11 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
         taken = _keywords(env_id)
         fix = (f"{env_id} takes {', '.join(taken)} (and gymnasium.make's own, e.g. max_episode_steps)" if taken
                else f"pass only keyword arguments that {env_id} takes")
-        raise UserInputError(f"{option} {kwargs} not accepted by '{env_id}': {problem}; {fix}") from None
+        unknown = [key for key in kwargs if taken and key not in taken]
+        close = did_you_mean(f"{option}.{unknown[0]}", [f"{option}.{key}" for key in taken]) if unknown else ""
+        raise UserInputError(f"{option} {kwargs} not accepted by '{env_id}': {problem}{close}; {fix}") from None
+    except ValueError as err:  # the env's own check of a value
+        raise UserInputError(f"{option} {kwargs}: a value that '{env_id}' refuses: {err}; fix it") from None
     except (ImportError, gym.error.DependencyNotInstalled) as err:
         raise UserInputError(f"environment '{env_id}' needs a package that is not installed: {err}") from None
 
@@ -107,35 +111,27 @@ def _shell_word(value: Any) -> str:
     return shlex.quote(text)
 
 
-def _bundled_configs(env_id: str) -> str:
-    """The bundled configs of ``env_id``: ``car_pixels.yaml``, ``a.yaml or b.yaml`` (empty: none)."""
+def _bundled_configs(env_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(name, data.env_kwargs)`` of each bundled config of ``env_id``, by name."""
     from pathlib import Path
 
     import yaml
 
-    names = []
+    found = []
     for path in sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")):
         try:
             data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
         except (OSError, yaml.YAMLError, AttributeError):
             continue
         if data.get("env_id") == env_id:
-            names.append(path.name)
-    return " or ".join(names)
+            found.append((path.name, dict(data.get("env_kwargs") or {})))
+    return found
 
 
-def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, env_kwargs: dict[str, Any]) -> str:
-    """``: it was trained on <env> with data.env_kwargs {...}`` for a checkpoint's ``trained`` env (older
-    checkpoints do not say: empty), and what gives it back from ``env_id`` with ``env_kwargs``: the overrides
-    ``; add --data.env_kwargs.<key> <value> ...`` for the same env id, else the config of that env."""
-    trained_id, trained_kwargs = trained or (None, None)
-    if trained_id is None or trained_kwargs is None:
-        return ""
-    flow = ", ".join(f"{k}: {json.dumps(v)}" for k, v in trained_kwargs.items())
-    said = f": it was trained on {trained_id} with data.env_kwargs {{{flow}}}"
-    if trained_id != env_id:
-        bundled = _bundled_configs(trained_id)
-        return f"{said}; use a config of {trained_id}{f' ({bundled})' if bundled else ''} with those data.env_kwargs"
+def env_overrides(trained_kwargs: dict[str, Any], env_id: str, env_kwargs: dict[str, Any]) -> list[str] | None:
+    """The ``--data.env_kwargs.<key> <value>`` options that turn ``env_kwargs`` of ``env_id`` into the
+    ``trained_kwargs`` a checkpoint was trained with (a key given on one side only has the constructor's
+    default on the other); None when no override can (a keyword the trained env did not have)."""
     missing = object()
     defaults = {k: _plain(v) for k, v in keyword_defaults(env_id).items()}
     trained_kwargs, env_kwargs = _plain(trained_kwargs), _plain(env_kwargs)
@@ -143,9 +139,33 @@ def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, e
     for key in dict.fromkeys([*trained_kwargs, *env_kwargs]):
         theirs = trained_kwargs.get(key, defaults.get(key, missing))
         if theirs is missing:
-            return said  # a keyword the checkpoint's env did not have: no override gives it back
+            return None
         if theirs != env_kwargs.get(key, defaults.get(key, missing)):
             overrides.append(f"--data.env_kwargs.{key} {_shell_word(theirs)}")
+    return overrides
+
+
+def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, env_kwargs: dict[str, Any]) -> str:
+    """``: it was trained on <env> with data.env_kwargs {...}`` for a checkpoint's ``trained`` env (older
+    checkpoints do not say: empty), and what gives it back from ``env_id`` with ``env_kwargs``: the overrides
+    ``; add --data.env_kwargs.<key> <value> ...`` for the same env id, else the bundled config that needs the
+    fewest of them."""
+    trained_id, trained_kwargs = trained or (None, None)
+    if trained_id is None or trained_kwargs is None:
+        return ""
+    flow = ", ".join(f"{k}: {json.dumps(v)}" for k, v in trained_kwargs.items())
+    said = f": it was trained on {trained_id} with data.env_kwargs {{{flow}}}"
+    if trained_id != env_id:
+        fits = [(name, env_overrides(trained_kwargs, trained_id, kwargs)) for name, kwargs in
+                _bundled_configs(trained_id)]
+        fits = [(name, overrides) for name, overrides in fits if overrides is not None]
+        if not fits:
+            return f"{said}; use a config of {trained_id} with those data.env_kwargs"
+        name, overrides = min(fits, key=lambda fit: len(fit[1]))
+        return f"{said}; use --config {' '.join([name, *overrides])}"
+    overrides = env_overrides(trained_kwargs, env_id, env_kwargs)
+    if overrides is None:
+        return said  # a keyword the checkpoint's env did not have: no override gives it back
     if not overrides:
         return f"{said}, as configured: {env_id} itself has changed since"
     return f"{said}; add {' '.join(overrides)}"
