@@ -239,8 +239,9 @@ class TD3CLI(LightningCLIHooks):
         if trained_id == env_id and trained_kwargs is not None:  # the same shapes, perhaps not the same env
             overrides = env_overrides(trained_kwargs, env_id, self.datamodule.env_kwargs)
             if overrides:
+                purpose = "to go on with its env" if self.subcommand == "fit" else "to play it as it was trained"
                 rank_zero_warn(f"checkpoint {path} was trained on {env_id} with other data.env_kwargs than this "
-                               f"{self.subcommand}'s: add {' '.join(overrides)} to play it as it was trained")
+                               f"{self.subcommand}'s: add {' '.join(overrides)} {purpose}")
 
     def before_instantiate_classes(self) -> None:
         """What ``model.compile_mode cudagraphs`` and ``model.policy_checkpoints`` need, checked for ``fit`` (and

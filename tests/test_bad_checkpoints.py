@@ -394,3 +394,38 @@ def test_the_pixel_driver_with_the_state_config_names_the_observation_shape(extr
                    'CarRacingPixels-v0 with data.env_kwargs {action_repeat: 2, action_mode: "steer_throttle", '
                    "grayscale: true, resize: 40, frame_stack: 4}; use --config car_pixels.yaml")
     assert list(tmp_path.iterdir()) == []
+
+
+class BrokenEnv(gym.Env):
+    def __init__(self, size: int = 1) -> None:
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        raise ValueError("the model file is corrupt")  # the env's own failure, not about the kwargs
+
+
+def test_make_env_turns_only_the_env_s_refusal_of_a_given_value_into_one_line():
+    from td3_lightning.envs import make_env
+
+    gym.register("BrokenForTest-v0", entry_point=BrokenEnv)
+    try:
+        with pytest.raises(UserInputError) as info:
+            make_env("BrokenForTest-v0", {"size": 0})
+        assert str(info.value) == ("data.env_kwargs {'size': 0}: a value that 'BrokenForTest-v0' refuses: size must "
+                                   "be >= 1, got 0; fix it")
+        with pytest.raises(ValueError, match="the model file is corrupt"):  # not the user's: its own traceback
+            make_env("BrokenForTest-v0", {"size": 2})
+    finally:
+        del gym.registry["BrokenForTest-v0"]
+    with pytest.raises(UserInputError) as info:  # gymnasium.make's own keyword is not the misspelt one
+        make_env("CarRacingState-v0", {"max_episode_steps": 500, "aid_feature": True})
+    assert "(did you mean data.env_kwargs.aid_features?)" in str(info.value)
+
+
+def test_the_pixel_env_s_keywords_include_those_it_passes_to_the_state_env():
+    from td3_lightning.envs import env_overrides, keyword_defaults
+
+    defaults = keyword_defaults("CarRacingPixels-v0")
+    assert (defaults["frame_stack"], defaults["action_repeat"], defaults["aid_features"]) == (4, 1, False)
+    trained = {"action_repeat": 2, "action_mode": "steer_throttle", "grayscale": True, "resize": 40, "frame_stack": 4}
+    assert env_overrides(trained, "CarRacingPixels-v0", {**trained, "action_repeat": 1, "domain_randomize": True}) == [
+        "--data.env_kwargs.action_repeat 2", "--data.env_kwargs.domain_randomize false"]

@@ -38,6 +38,8 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         return gym.make(env_id, **kwargs)
+    except (ImportError, gym.error.DependencyNotInstalled) as err:  # before gym.error.Error, its base class
+        raise UserInputError(f"environment '{env_id}' needs a package that is not installed: {err}") from None
     except gym.error.Error as err:  # NameNotFound, VersionNotFound, NamespaceNotFound, ...
         raise UserInputError(
             f"unknown environment id '{env_id}' ({err}); set data.env_id to a registered gymnasium id, "
@@ -48,26 +50,44 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
         taken = _keywords(env_id)
         fix = (f"{env_id} takes {', '.join(taken)} (and gymnasium.make's own, e.g. max_episode_steps)" if taken
                else f"pass only keyword arguments that {env_id} takes")
-        unknown = [key for key in kwargs if taken and key not in taken]
-        close = did_you_mean(f"{option}.{unknown[0]}", [f"{option}.{key}" for key in taken]) if unknown else ""
+        unknown = [key for key in kwargs if taken and key not in taken and key not in _MAKE_KEYWORDS]
+        close = next((hint for key in unknown if (hint := did_you_mean(f"{option}.{key}",
+                                                                        [f"{option}.{k}" for k in taken]))), "")
         raise UserInputError(f"{option} {kwargs} not accepted by '{env_id}': {problem}{close}; {fix}") from None
-    except ValueError as err:  # the env's own check of a value
-        raise UserInputError(f"{option} {kwargs}: a value that '{env_id}' refuses: {err}; fix it") from None
-    except (ImportError, gym.error.DependencyNotInstalled) as err:
-        raise UserInputError(f"environment '{env_id}' needs a package that is not installed: {err}") from None
+    except ValueError as err:  # the env's own check of a value given here; any other is the env's own failure
+        if not any(key in str(err) for key in env_kwargs or {}):
+            raise
+        raise UserInputError(f"{option} {dict(env_kwargs or {})}: a value that '{env_id}' refuses: {err}; "
+                             "fix it") from None
+
+
+#: gymnasium.make's own keyword arguments (not the env constructor's)
+_MAKE_KEYWORDS = frozenset({"max_episode_steps", "autoreset", "apply_api_compatibility", "disable_env_checker",
+                            "order_enforce"})
 
 
 def _constructor_params(env_id: str) -> list[Any] | None:
-    """The parameters of ``env_id``'s constructor (None: unknown id, or an entry point that cannot be inspected)."""
+    """The parameters of ``env_id``'s constructor, those of the base classes its ``**kwargs`` go to included
+    (None: unknown id, or an entry point that cannot be inspected)."""
     import inspect
 
     from gymnasium.envs.registration import load_env_creator
 
     try:
         entry = gym.spec(env_id).entry_point
-        return list(inspect.signature(load_env_creator(entry) if isinstance(entry, str) else entry).parameters.values())
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+        params = list(inspect.signature(creator).parameters.values())
+        for base in creator.__mro__[1:] if isinstance(creator, type) else ():
+            if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+                break
+            if base is not object and "__init__" in vars(base):
+                names = {p.name for p in params}
+                inherited = [p for p in inspect.signature(base.__init__).parameters.values()
+                             if p.name != "self" and p.name not in names]
+                params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD] + inherited
     except Exception:  # noqa: BLE001 - said without the list by the callers
         return None
+    return params
 
 
 def _keywords(env_id: str) -> list[str] | None:
