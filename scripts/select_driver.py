@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> str:
     args, extra = parse_args(argv)
     try:
         check_args(args)
-        env_id, env_kwargs, spec = track_survey.read_eval_env(args.config, track_survey.env_overrides(extra))
+        env_id, env_kwargs, spec = track_survey.read_eval_env(args.config, track_survey.parse_env_kwargs_options(extra))
         for ckpt in args.ckpts:
             track_survey.check_fit(ckpt, env_id, env_kwargs, spec)
     except UserInputError as err:

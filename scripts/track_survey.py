@@ -371,7 +371,7 @@ ENV_KWARG = "--data.env_kwargs."
 ENV_KWARGS_HELP = "--data.env_kwargs.KEY VALUE overrides a keyword of the config's env (as fit and test take it)."
 
 
-def env_overrides(extra: list[str]) -> dict[str, Any]:
+def parse_env_kwargs_options(extra: list[str]) -> dict[str, Any]:
     """``--data.env_kwargs.KEY VALUE`` pairs (as the command line takes them; VALUE read as YAML) as a dict;
     :class:`UserInputError` for anything else."""
     import yaml
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args, extra = parse_args(argv)
     try:
         check_args(args)
-        env_id, env_kwargs, spec = read_eval_env(args.config, env_overrides(extra))
+        env_id, env_kwargs, spec = read_eval_env(args.config, parse_env_kwargs_options(extra))
         check_fit(args.ckpt, env_id, env_kwargs, spec)
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)

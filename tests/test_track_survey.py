@@ -200,8 +200,9 @@ def test_bad_arguments_get_one_error_line_and_exit_2(tmp_path, capsys, args, wor
 
 
 def test_the_env_of_the_config_takes_the_command_line_s_env_kwargs(tmp_path, capsys):
-    assert ts.env_overrides(["--data.env_kwargs.aid_features", "false", "--data.env_kwargs.action_repeat=4",
-                             "--data.env_kwargs.x", "-0.5", "--data.env_kwargs.y", "[1, 2]"]) == {
+    assert ts.parse_env_kwargs_options(["--data.env_kwargs.aid_features", "false",
+                                        "--data.env_kwargs.action_repeat=4", "--data.env_kwargs.x", "-0.5",
+                                        "--data.env_kwargs.y", "[1, 2]"]) == {
         "aid_features": False, "action_repeat": 4, "x": -0.5, "y": [1, 2]}
     for extra, error in (
         (["--data.env_kwargs.a", "--data.env_kwargs.b", "1"], "--data.env_kwargs.a needs a value: give "
@@ -211,7 +212,7 @@ def test_the_env_of_the_config_takes_the_command_line_s_env_kwargs(tmp_path, cap
                                          "node); quote it or fix it"),
     ):
         with pytest.raises(UserInputError) as info:
-            ts.env_overrides(extra)
+            ts.parse_env_kwargs_options(extra)
         assert str(info.value) == error
     env_id, kwargs, spec = ts.read_eval_env("car.yaml", {"aid_features": False})
     assert kwargs == {"action_repeat": 2, "action_mode": "steer_throttle", "aid_features": False}
