@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of --model.compile_mode cudagraphs, in one run of at most 8 minutes on one H100 or H200:
+# The GPU check of --model.compile_mode cudagraphs, in one run of at most 9 minutes on one H100 or H200:
 #
 #   bash benchmarks/gpu_check.sh        # results in $OUT (the device tool's folder) or ./gpu_check
 #
@@ -21,7 +21,7 @@ if [ -d .whl ]; then
         || { echo "error: installing .whl/ failed; rerun benchmarks/gpu_wheels.sh" >&2; exit 2; }
     site=/tmp/site
 fi
-export PYTHONPATH="$PWD${site:+:$site}${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MUJOCO_GL=egl
+export PYTHONPATH="$PWD${site:+:$site}${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MUJOCO_GL=disable
 python3 -c 'import torch, sys; torch.cuda.is_available() or sys.exit("error: benchmarks/gpu_check.sh needs a CUDA device; torch sees none")' || exit 2
 out="${OUT:-gpu_check}"
 mkdir -p "$out"
@@ -58,6 +58,6 @@ part() {  # part NAME LIMIT_SECONDS COMMAND...: run it, add its markdown (stdout
 
 part tests 120 python3 -m pytest -q -rs -p no:cacheprovider tests/test_captured_update.py
 part lunar 210 python3 benchmarks/throughput.py --device cuda --steps 3000 --repeats 1 --skip sb3
-part car 75 python3 benchmarks/throughput.py --device cuda --configs car --config-steps 2000 --repeats 1
-part walker2d 75 python3 benchmarks/throughput.py --device cuda --configs walker2d --config-steps 2000 --repeats 1
+part car 100 python3 benchmarks/throughput.py --device cuda --configs car --config-steps 2000 --repeats 1
+part walker2d 100 python3 benchmarks/throughput.py --device cuda --configs walker2d --config-steps 2000 --repeats 1
 cat "$summary"

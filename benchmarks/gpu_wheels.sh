@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl \
-    gymnasium==1.4.0 farama-notifications==0.0.6 box2d==2.3.10 \
+    gymnasium==1.4.0 farama-notifications==0.0.6 box2d==2.3.10 pygame-ce==2.5.8 \
     jsonargparse==4.53.0 docstring-parser==0.18.0 typeshed-client==2.15.0 \
     mujoco==4.0.0 mujoco-core==4.0.0 mujoco-studio==4.0.0 glfw==2.11.0 pyopengl==3.1.10
 du -sh .whl

@@ -50,7 +50,8 @@ def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hook
         "fit", "--config", config,
         "--trainer.max_steps", str(steps), "--data.warmup_steps", str(WARMUP), "--trainer.limit_val_batches", "0",
         "--trainer.logger", "false", "--checkpoint.save_top_k", "0", "--checkpoint.save_last", "false",
-        "--trainer.callbacks", "null", "--learning_curve.filename", "",
+        "--trainer.callbacks", "null", "--learning_curve.filename", "", "--selection.episodes", "0",
+        "--data.tensorboard_video_every", "0",
         "--trainer.accelerator", device, "--progress_bar.log_seconds", "1", *extra,
     ]
     launcher = (
