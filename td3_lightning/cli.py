@@ -210,9 +210,10 @@ class TD3CLI(LightningCLIHooks):
         pairs = [
             ("observation shape", facts["obs_shape"], tuple(spec.obs_shape)),
             ("action shape", facts["action_shape"], (len(spec.action_low),)),
+            ("privileged observation shape", facts["critic_obs_shape"], self.datamodule.critic_obs_shape),
         ]
         for what, theirs, ours in pairs:
-            if theirs is not None and tuple(theirs) != tuple(ours):
+            if theirs is not None and ours is not None and tuple(theirs) != tuple(ours):
                 raise UserInputError(
                     f"checkpoint {what} {tuple(theirs)} != {env_id}'s {tuple(ours)} ({path}); "
                     "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"

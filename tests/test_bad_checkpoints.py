@@ -396,6 +396,22 @@ def test_the_pixel_driver_with_the_state_config_names_the_observation_shape(extr
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_pixel_driver_with_a_privileged_state_of_another_size_names_it(tmp_path, monkeypatch, capsys):
+    """The same frames, but the critics' privileged state grew (aid_features): one line naming the override, not
+    load_state_dict's size mismatch."""
+    import td3_lightning
+
+    monkeypatch.chdir(tmp_path)
+    pixels = Path(td3_lightning.__file__).parent / "checkpoints" / "car_pixels.ckpt"
+    err = _error_line(["test", "--config", "car_pixels.yaml", "--ckpt_path", str(pixels),
+                       "--data.env_kwargs.aid_features", "true"], capsys)
+    assert err == (f"error: checkpoint privileged observation shape (43,) != CarRacingPixels-v0's (45,) ({pixels}); "
+                   "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on: it was trained on "
+                   'CarRacingPixels-v0 with data.env_kwargs {action_repeat: 2, action_mode: "steer_throttle", '
+                   "grayscale: true, resize: 40, frame_stack: 4}; add --data.env_kwargs.aid_features false")
+    assert list(tmp_path.iterdir()) == []
+
+
 class BrokenEnv(gym.Env):
     def __init__(self, size: int = 1) -> None:
         if size < 1:
