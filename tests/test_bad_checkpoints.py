@@ -364,9 +364,9 @@ def test_the_same_shapes_from_other_env_kwargs_are_played_with_a_warning_that_na
 
 
 @pytest.mark.parametrize("kwargs, error", [
-    ("{aid_features: maybe}", "error: data.env_kwargs {'aid_features': 'maybe'}: a value that 'CarRacingState-v0' "
+    ("{aid_features: maybe}", "error: data.env_kwargs.aid_features 'maybe': a value that 'CarRacingState-v0' "
                               "refuses: aid_features must be true or false, got 'maybe'; fix it"),
-    ("{action_repeat: 0}", "error: data.env_kwargs {'action_repeat': 0}: a value that 'CarRacingState-v0' refuses: "
+    ("{action_repeat: 0}", "error: data.env_kwargs.action_repeat 0: a value that 'CarRacingState-v0' refuses: "
                            "action_repeat must be an integer >= 1, got 0; fix it"),
 ])
 def test_a_value_the_env_refuses_is_one_line(kwargs, error, tmp_path, monkeypatch, capsys):
@@ -379,6 +379,19 @@ def test_a_misspelt_env_keyword_is_told_the_closest_one(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     err = _error_line(["fit", "--config", "car.yaml", "--data.env_kwargs.aid_feature", "true"], capsys)
     assert "got an unexpected keyword argument 'aid_feature' (did you mean data.env_kwargs.aid_features?); " in err
+
+
+def test_a_training_env_keyword_at_fault_is_named_alone(tmp_path, monkeypatch, capsys):
+    """data.train_env_kwargs is merged over data.env_kwargs: the error names the key at fault, not the merged dict."""
+    monkeypatch.chdir(tmp_path)
+    err = _error_line(["fit", "--config", "car.yaml", "--data.train_env_kwargs.max_stall_frames", "-5"], capsys)
+    assert err == ("error: data.train_env_kwargs.max_stall_frames -5: a value that 'CarRacingState-v0' refuses: "
+                   "max_stall_frames must be None or an integer >= 1, got -5; fix it")
+    err = _error_line(["fit", "--config", "car.yaml", "--data.train_env_kwargs.max_stal_frames", "5"], capsys)
+    assert err.startswith("error: data.train_env_kwargs.max_stal_frames not accepted by 'CarRacingState-v0': "
+                          "CarRacingState.__init__() got an unexpected keyword argument 'max_stal_frames' "
+                          "(did you mean data.train_env_kwargs.max_stall_frames?); CarRacingState-v0 takes ")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("extra", [[], ["--data.privileged_critic", "true"]])
@@ -426,7 +439,7 @@ def test_make_env_turns_only_the_env_s_refusal_of_a_given_value_into_one_line():
     try:
         with pytest.raises(UserInputError) as info:
             make_env("BrokenForTest-v0", {"size": 0})
-        assert str(info.value) == ("data.env_kwargs {'size': 0}: a value that 'BrokenForTest-v0' refuses: size must "
+        assert str(info.value) == ("data.env_kwargs.size 0: a value that 'BrokenForTest-v0' refuses: size must "
                                    "be >= 1, got 0; fix it")
         with pytest.raises(ValueError, match="the model file is corrupt"):  # not the user's: its own traceback
             make_env("BrokenForTest-v0", {"size": 2})

@@ -53,12 +53,14 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
         unknown = [key for key in kwargs if taken and key not in taken and key not in _MAKE_KEYWORDS]
         close = next((hint for key in unknown if (hint := did_you_mean(f"{option}.{key}",
                                                                         [f"{option}.{k}" for k in taken]))), "")
-        raise UserInputError(f"{option} {kwargs} not accepted by '{env_id}': {problem}{close}; {fix}") from None
+        given = ", ".join(f"{option}.{key}" for key in unknown) or f"{option} {kwargs}"  # the keys at fault
+        raise UserInputError(f"{given} not accepted by '{env_id}': {problem}{close}; {fix}") from None
     except ValueError as err:  # the env's own check of a value given here; any other is the env's own failure
-        if not any(key in str(err) for key in env_kwargs or {}):
+        named = [key for key in env_kwargs or {} if key in str(err)]
+        if not named:
             raise
-        raise UserInputError(f"{option} {dict(env_kwargs or {})}: a value that '{env_id}' refuses: {err}; "
-                             "fix it") from None
+        given = ", ".join(f"{option}.{key} {kwargs[key]!r}" for key in named)
+        raise UserInputError(f"{given}: a value that '{env_id}' refuses: {err}; fix it") from None
 
 
 #: gymnasium.make's own keyword arguments (not the env constructor's)
