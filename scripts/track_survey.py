@@ -414,6 +414,7 @@ def read_eval_env(config: str, overrides: dict[str, Any] | None = None) -> tuple
     from td3_lightning.cli import resolve_config_args
     from td3_lightning.data import ReplayDataModule
     from td3_lightning.errors import UserInputError
+    from td3_lightning.registration import ENTRY_POINTS
 
     path = resolve_config_args(["--config", config])[1]
     if not os.path.isfile(path):
@@ -425,6 +426,9 @@ def read_eval_env(config: str, overrides: dict[str, Any] | None = None) -> tuple
     data = (loaded or {}).get("data") if isinstance(loaded, dict) else None
     if not isinstance(data, dict) or "env_id" not in data:
         raise UserInputError(f"config {path} has no data.env_id; give a td3_lightning config such as car.yaml")
+    if data["env_id"] not in ENTRY_POINTS:  # the survey reads the car's state (frames, tiles, wheels) from info
+        raise UserInputError(f"config {path} drives {data['env_id']}; track_survey and select_driver drive CarRacing "
+                             f"tracks: give a config of {' or '.join(ENTRY_POINTS)} (car.yaml, car_pixels.yaml)")
     if overrides:
         data = {**data, "env_kwargs": {**(data.get("env_kwargs") or {}), **overrides}}
     try:

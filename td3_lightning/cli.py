@@ -135,6 +135,8 @@ class TD3CLI(LightningCLIHooks):
 
     _ckpt_facts: dict[str, Any] | None = None
     _notes: tuple[str, ...] = ()  # said once the input has passed every check
+    _given_model_options: tuple[str, ...] = ()  # the --model.* options on the command line
+    _checkpoint_line: str = ""  # which file --ckpt_path last|best chose
     _seeded = False  # set_seed ran ("Seed set to N" is said when the Trainer is built)
 
     @staticmethod
@@ -162,6 +164,8 @@ class TD3CLI(LightningCLIHooks):
             raise UserInputError(one_line_parse_error(str(err), cli_option_names(self, args))) from None
         subcommand = self.config.get("subcommand")
         check_options(self.config[subcommand] if subcommand else self.config, fit=subcommand in ("fit", None))
+        argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
+        self._given_model_options = given_model_options(argv)
 
     # ------------------------------------------------------------- the checkpoint, before anything is built
     def read_checkpoint_hparams(self, read: Any) -> None:
@@ -178,19 +182,23 @@ class TD3CLI(LightningCLIHooks):
                 self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
                 which = given or f"best, the default of {subcommand}"
                 which += f", chosen in {SELECTION_FILE}" if chosen else ""
-                rank_zero_info(f"checkpoint: {ckpt} (--ckpt_path {which})")
+                self._checkpoint_line = f"checkpoint: {ckpt} (--ckpt_path {which})"  # said once the input passed
             if ckpt is not None and not _lightning_resolves(ckpt):
                 self._ckpt_facts = check_checkpoint(ckpt)
         # the checkpoint's hyperparameters replace the configured ones, except resets asked for now (resuming a
         # stuck run with --model.reset_steps is what the option is for) and how this run computes the update
         resets = self.config[subcommand]["model"].get("reset_steps") if subcommand else None
         mode = self.config[subcommand]["model"].get("compile_mode") if subcommand else None
+        given = {key: self.config[subcommand]["model"].get(key) for key in self._given_model_options
+                 if key not in ("reset_steps", "compile_mode")} if subcommand and ckpt is not None else {}
         try:
             read()  # the checkpoint's model hyperparameters into the config
         except argparse.ArgumentError as err:
             raise UserInputError(
                 f"checkpoint {ckpt}: its model hyperparameters do not fit TD3 ({one_line_parse_error(str(err))})"
             ) from None
+        if given:
+            self._refuse_replaced_options(subcommand, ckpt, given)
         if mode is not None:
             self.config[subcommand]["model"]["compile_mode"] = mode
         saved = list(self.config[subcommand]["model"].get("reset_steps") or []) if subcommand else []
@@ -199,6 +207,22 @@ class TD3CLI(LightningCLIHooks):
             self._notes += (f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's {saved}: the "
                             f"networks start over after training step{'s' if len(resets) > 1 else ''} "
                             f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)",)
+
+    def _refuse_replaced_options(self, subcommand: str, ckpt: str, given: dict[str, Any]) -> None:
+        """Model options given on the command line that the checkpoint's own replace: refused by fit (the resumed run
+        keeps its model), said by validate and test (they play the checkpoint's policy)."""
+        saved = self.config[subcommand]["model"]
+        replaced = {key: value for key, value in given.items() if key in saved and saved.get(key) != value}
+        if not replaced:
+            return
+        listing = ", ".join(f"--model.{key} {_shown(value)} (the checkpoint's: {_shown(saved.get(key))})"
+                            for key, value in replaced.items())
+        if subcommand == "fit":
+            raise UserInputError(
+                f"a resumed run keeps the model options of its checkpoint ({ckpt}): {listing}; drop "
+                f"{'them' if len(replaced) > 1 else 'it'}, or train a new run (without --ckpt_path)")
+        rank_zero_warn(f"{subcommand} plays the checkpoint's model ({ckpt}), as it was trained: {listing} "
+                       f"{'are' if len(replaced) > 1 else 'is'} not used")
 
     def _check_against_env(self) -> None:
         """The checkpoint's observation and action spaces (and replay capacity) against the
@@ -301,8 +325,6 @@ class TD3CLI(LightningCLIHooks):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
         self._check_against_env()  # model and datamodule exist now; nothing is written yet
-        for note in self._notes if self.subcommand in ("fit", None) else ():  # what this training does otherwise
-            rank_zero_info(note)
         if self.subcommand in ("fit", None) and self.model.hparams.get("teacher"):  # read when fitting starts
             check_teacher(self.model.hparams.teacher, self.model.hparams)
         config = cli_config_value(self, self.config_init, "trainer", default={})
@@ -314,6 +336,10 @@ class TD3CLI(LightningCLIHooks):
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments
             raise lightning_refusal(err, "trainer", _as_dict(config)) from None
+        if self._checkpoint_line:
+            rank_zero_info(self._checkpoint_line)
+        for note in self._notes if self.subcommand in ("fit", None) else ():  # what this training does otherwise
+            rank_zero_info(note)
         seed = cli_config_value(self, self.config, "seed_everything")
         if self._seeded and seed is not False and seed is not None:
             _SEED_LOG.info(f"Seed set to {seed}")
@@ -541,3 +567,14 @@ def main(args: list[str] | None = None) -> None:
     except argparse.ArgumentError as err:  # a parse error outside parse_arguments (e.g. while instantiating)
         print(f"error: {one_line_parse_error(str(err))}", file=sys.stderr)
         sys.exit(2)
+
+
+def given_model_options(argv: list[str]) -> tuple[str, ...]:
+    """The ``--model.KEY`` options in ``argv`` (``--model.KEY VALUE`` or ``--model.KEY=VALUE``), in order."""
+    keys = [arg[len("--model."):].split("=", 1)[0].split(".", 1)[0] for arg in argv if str(arg).startswith("--model.")]
+    return tuple(dict.fromkeys(keys))
+
+
+def _shown(value: Any) -> str:
+    """``value`` as it is written on the command line (YAML flow style)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...").strip()

@@ -206,6 +206,9 @@ class ReplayDataModule(L.LightningDataModule):
                 f"data.frame_stack {frame_stack} does not divide {env_id}'s {self.spec.obs_shape[0]} image channels; "
                 "leave it unset (the env's own frame_stack) or set 1 to store whole observations"
             )
+        if self.sampler != "uniform" and self._shares_frames():  # priorities are kept per stored observation
+            raise UserInputError(f"data.sampler {self.sampler} needs a replay of whole observations: set "
+                                 "data.frame_stack 1 or data.sampler uniform")
         if self.train_env_kwargs != self.env_kwargs:
             make_env(env_id, self.train_env_kwargs, option="data.train_env_kwargs").close()
 
@@ -306,13 +309,14 @@ class ReplayDataModule(L.LightningDataModule):
         return (step % self.chunk_steps == 0 or 0 <= trainer.max_steps <= step
                 or (trainer.world_size == 1 and trainer.received_sigterm))
 
+    def _shares_frames(self) -> bool:
+        """Whether the replay stores each frame of stacked image observations once (:class:`FrameStackReplay`)."""
+        stack = self.spec.frame_stack if self.frame_stack is None else self.frame_stack
+        return len(self.spec.obs_shape) == 3 and stack > 1
+
     def _make_buffer(self, device: torch.device) -> ReplayBuffer | FrameStackReplay:
         """Image observations of stacked frames share their frames; anything else is stored whole."""
-        stack = self.spec.frame_stack if self.frame_stack is None else self.frame_stack
-        if len(self.spec.obs_shape) == 3 and stack > 1:
-            if self.sampler != "uniform":
-                raise UserInputError(f"data.sampler {self.sampler} needs a replay of whole observations: set "
-                                     "data.frame_stack 1 or data.sampler uniform")
+        if self._shares_frames():
             return FrameStackReplay(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), stack, device,
                                     num_streams=self.num_envs, critic_obs_shape=self._critic_obs_shape,
                                     n_step=self.n_step)

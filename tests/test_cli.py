@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from td3_lightning.cli import CONFIG_DIR, main
 
@@ -287,6 +288,36 @@ def test_resume_with_reset_steps_resets_a_run_saved_without_them(tmp_path, monke
     last = next(tmp_path.glob("lightning_logs/version_0/checkpoints/last.ckpt"))
     ours = [line for line in out.splitlines() if str(last) in line and "Restor" not in line]  # and Lightning's own
     assert len(ours) == 1 and ours[0].endswith(f"checkpoint: {last} (--ckpt_path last)")
+
+
+def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, monkeypatch, capsys):
+    """Lightning reads a checkpoint's hyperparameters over the command line's: a --model option that differs would be
+    dropped silently. fit refuses it in one line (and says nothing else first); test plays the checkpoint, warning."""
+    from td3_lightning.cli import given_model_options
+
+    assert given_model_options(["fit", "--model.gamma", "0.5", "--model.hidden_dims=[8]", "--data.batch_size", "4",
+                                "--model.gamma", "0.4"]) == ("gamma", "hidden_dims")
+    monkeypatch.chdir(tmp_path)
+    args = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.limit_val_batches", "0",
+            "--data.test_episodes", "1", "--model.hidden_dims", "[8]"]
+    main(["fit", *args, "--trainer.max_steps", "16"])
+    last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *args, "--trainer.max_steps", "32", "--ckpt_path", "last", "--model.gamma", "0.5",
+              "--model.hidden_dims", "[4, 4]"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: a resumed run keeps the model options of its checkpoint ({last}): --model.hidden_dims [4, 4] (the "
+        "checkpoint's: [8]), --model.gamma 0.5 (the checkpoint's: 0.98); drop them, or train a new run "
+        "(without --ckpt_path)")
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
+    main(["fit", *args, "--trainer.max_steps", "24", "--ckpt_path", "last", "--model.gamma", "0.98"])  # the same: fine
+    assert torch.load(next(tmp_path.glob("lightning_logs/version_1/checkpoints/last.ckpt")),
+                      weights_only=False)["global_step"] == 24
+    with pytest.warns(UserWarning, match=r"test plays the checkpoint's model \(.*\), as it was trained: "
+                                         r"--model.gamma 0.5 \(the checkpoint's: 0.98\) is not used"):
+        main(["test", *args, "--ckpt_path", str(last), "--model.gamma", "0.5"])
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))

@@ -346,3 +346,17 @@ def test_a_normalised_run_resumes_exactly_and_its_export_applies_the_statistics(
     obs = torch.randn(5, 2) * 3
     with torch.no_grad():
         assert torch.allclose(torch.jit.load(str(tmp_path / "actor.pt"))(obs), loaded.actor(obs), atol=1e-6)
+
+
+def test_lap_with_frames_shared_between_observations_is_one_line_before_anything_is_written(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """Priorities are kept per stored observation: the pixel replay (each frame stored once) cannot hold them."""
+    from td3_lightning.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "car_pixels.yaml", "--trainer.max_steps", "20", "--data.sampler", "lap"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == ("error: data.sampler lap needs a replay of whole observations: set "
+                                               "data.frame_stack 1 or data.sampler uniform")
+    assert list(tmp_path.iterdir()) == []

@@ -188,7 +188,8 @@ def test_an_existing_non_empty_out_folder_is_refused_and_left_as_it_was(tmp_path
     (["--seeds", "5", "5"], "--seeds 5 5"),
     (["--seeds", "0", "2", "--workers", "0"], "--workers 0"),
     (["--seeds", "0", "2", "--ckpt", "missing.ckpt"], "checkpoint file not found"),
-    (["--seeds", "0", "2", "--config", "pendulum.yaml"], "observation shape"),
+    (["--seeds", "0", "2", "--config", "pendulum.yaml"],  # the survey reads the car's state: a car env only
+     "drives Pendulum-v1; track_survey and select_driver drive CarRacing tracks: give a config of CarRacingState-v0"),
 ])
 def test_bad_arguments_get_one_error_line_and_exit_2(tmp_path, capsys, args, words):
     argv = ["--ckpt", str(SHIPPED), "--config", "car.yaml", "--out", str(tmp_path / "new"), *args]
