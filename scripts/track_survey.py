@@ -451,7 +451,7 @@ def check_fit(ckpt: str, env_id: str, env_kwargs: dict[str, Any], spec: Any) -> 
         if theirs is not None and tuple(theirs) != tuple(ours):
             raise UserInputError(f"checkpoint {what} {tuple(theirs)} != {env_id}'s {tuple(ours)} ({ckpt}); "
                                  "give the --config the checkpoint was trained with"
-                                 + trained_on(facts["env"], env_id, env_kwargs))
+                                 + trained_on(facts["env"], env_id, env_kwargs, facts.get("model")))
 
 
 def check_seeds_and_workers(seeds: list[int], workers: int) -> None:

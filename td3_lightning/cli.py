@@ -241,7 +241,7 @@ class TD3CLI(LightningCLIHooks):
                 raise UserInputError(
                     f"checkpoint {what} {tuple(theirs)} != {env_id}'s {tuple(ours)} ({path}); "
                     "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
-                    + trained_on(facts["env"], env_id, self.datamodule.env_kwargs)
+                    + trained_on(facts["env"], env_id, self.datamodule.env_kwargs, facts["model"])
                 )
         bounds = facts["action_bounds"]
         if bounds is not None and [list(b) for b in bounds] != [list(spec.action_low), list(spec.action_high)]:
@@ -307,7 +307,7 @@ class TD3CLI(LightningCLIHooks):
             raise UserInputError(
                 f"checkpoint observation shape {tuple(facts['obs_shape'])} != {env_id}'s {shape} ({facts['path']}); "
                 "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
-                + trained_on(facts["env"], env_id, dict(data.get("env_kwargs") or {}))
+                + trained_on(facts["env"], env_id, dict(data.get("env_kwargs") or {}), facts["model"])
             ) from None
 
     def set_seed(self, seed: Any) -> None:

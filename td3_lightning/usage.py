@@ -42,7 +42,7 @@ GENERAL_LINES: dict[str, str] = {
 
 #: ``--ckpt_path`` as each subcommand reads it
 CKPT_PATH: dict[str, str] = {
-    "fit": "resume: last (the newest last.ckpt of this config's runs), best, or a checkpoint file.",
+    "fit": "resume: last (the newest last.ckpt in the run folder, lightning_logs/ by default), best, or a file.",
     "validate": "the policy to play: best (default: the newest best or selected checkpoint), last, or a checkpoint file.",
     "test": "the policy to play: best (default: the newest best or selected checkpoint), last, or a checkpoint file.",
 }

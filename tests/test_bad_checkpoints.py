@@ -330,6 +330,12 @@ def test_trained_on_gives_the_overrides_back_to_the_checkpoint_s_env():
     assert trained_on(facts, "Pendulum-v1", {}) == (
         said + "; use --config car.yaml --data.env_kwargs.aid_features false")  # the bundled config needing fewest
     assert trained_on((None, None), "Pendulum-v1", {}) == ""
+    # bundled configs of the same env and env_kwargs: the one whose model options the checkpoint's agree with
+    hopper = ("Hopper-v5", {})
+    plain = {"hidden_dims": [400, 300], "gamma": 0.99, "embedding_dim": 0}
+    with_sale = {"hidden_dims": [256, 256], "gamma": 0.99, "embedding_dim": 256, "target_update_every": 250}
+    assert trained_on(hopper, "Walker2d-v5", {}, plain).endswith("; use --config hopper.yaml")
+    assert trained_on(hopper, "Walker2d-v5", {}, with_sale).endswith("; use --config hopper_td7.yaml")
     # the values as one shell word each that reads back as given; a tuple default equals the stored list
     gym.register("TupleDefault-v0", entry_point=TupleDefaultEnv)
     try:

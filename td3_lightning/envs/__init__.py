@@ -133,8 +133,8 @@ def _shell_word(value: Any) -> str:
     return shlex.quote(text)
 
 
-def _bundled_configs(env_id: str) -> list[tuple[str, dict[str, Any]]]:
-    """``(name, data.env_kwargs)`` of each bundled config of ``env_id``, by name."""
+def _bundled_configs(env_id: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """``(name, data.env_kwargs, model)`` of each bundled config of ``env_id``, by name."""
     from pathlib import Path
 
     import yaml
@@ -142,11 +142,12 @@ def _bundled_configs(env_id: str) -> list[tuple[str, dict[str, Any]]]:
     found = []
     for path in sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")):
         try:
-            data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
+            config = yaml.safe_load(path.read_text()) or {}
+            data, model = config.get("data") or {}, config.get("model") or {}
         except (OSError, yaml.YAMLError, AttributeError):
             continue
         if data.get("env_id") == env_id:
-            found.append((path.name, dict(data.get("env_kwargs") or {})))
+            found.append((path.name, dict(data.get("env_kwargs") or {}), dict(model)))
     return found
 
 
@@ -167,23 +168,24 @@ def env_overrides(trained_kwargs: dict[str, Any], env_id: str, env_kwargs: dict[
     return overrides
 
 
-def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, env_kwargs: dict[str, Any]) -> str:
+def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, env_kwargs: dict[str, Any],
+               model: dict[str, Any] | None = None) -> str:
     """``: it was trained on <env> with data.env_kwargs {...}`` for a checkpoint's ``trained`` env (older
     checkpoints do not say: empty), and what gives it back from ``env_id`` with ``env_kwargs``: the overrides
     ``; add --data.env_kwargs.<key> <value> ...`` for the same env id, else the bundled config that needs the
-    fewest of them."""
+    fewest of them and, among those, whose model options agree most with the checkpoint's ``model``."""
     trained_id, trained_kwargs = trained or (None, None)
     if trained_id is None or trained_kwargs is None:
         return ""
     flow = ", ".join(f"{k}: {json.dumps(v)}" for k, v in trained_kwargs.items())
     said = f": it was trained on {trained_id} with data.env_kwargs {{{flow}}}"
     if trained_id != env_id:
-        fits = [(name, env_overrides(trained_kwargs, trained_id, kwargs)) for name, kwargs in
-                _bundled_configs(trained_id)]
-        fits = [(name, overrides) for name, overrides in fits if overrides is not None]
+        fits = [(name, env_overrides(trained_kwargs, trained_id, kwargs), _agreement(options, model or {}))
+                for name, kwargs, options in _bundled_configs(trained_id)]
+        fits = [(name, overrides, agree) for name, overrides, agree in fits if overrides is not None]
         if not fits:
             return f"{said}; use a config of {trained_id} with those data.env_kwargs"
-        name, overrides = min(fits, key=lambda fit: len(fit[1]))
+        name, overrides, _ = min(fits, key=lambda fit: (len(fit[1]), -fit[2]))
         return f"{said}; use --config {' '.join([name, *overrides])}"
     overrides = env_overrides(trained_kwargs, env_id, env_kwargs)
     if overrides is None:
@@ -191,6 +193,13 @@ def trained_on(trained: tuple[str | None, dict[str, Any] | None], env_id: str, e
     if not overrides:
         return f"{said}, as configured: {env_id} itself has changed since"
     return f"{said}; add {' '.join(overrides)}"
+
+
+def _agreement(options: dict[str, Any], model: dict[str, Any]) -> int:
+    """How far a config's model ``options`` agree with a checkpoint's ``model`` hyperparameters: +1 for each option
+    the checkpoint has with the same value, -1 for each with another (e.g. hopper_td7.yaml over hopper.yaml for a
+    checkpoint with SALE)."""
+    return sum(1 if model[key] == value else -1 for key, value in options.items() if key in model)
 
 
 def check_spaces(env: gym.Env, env_id: str, vector_obs: bool = True) -> EnvSpec:
