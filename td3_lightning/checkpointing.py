@@ -253,6 +253,9 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
     except Exception as err:
         if not zipfile.is_zipfile(path):
             reason = "the file is truncated or corrupt, or not a PyTorch checkpoint"
+        elif "TorchScript" in str(err):  # torch.load refuses a torch.jit archive: an export of ours, likely
+            reason = ("it is a TorchScript archive (an exported actor?), not a td3_lightning checkpoint: give the "
+                      ".ckpt it was exported from")
         elif "Weights only load failed" in str(err):
             reason = "it holds Python objects that do not load safely (weights_only), not a td3_lightning checkpoint"
         else:

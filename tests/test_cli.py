@@ -320,6 +320,23 @@ def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, m
         main(["test", *args, "--ckpt_path", str(last), "--model.gamma", "0.5"])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal on a machine without a GPU")
+@pytest.mark.parametrize("accelerator, said", [
+    ("gpu", "Lightning refuses trainer.accelerator 'gpu': No supported gpu backend found"),
+    ("cuda", "Lightning refuses trainer.accelerator 'cuda': `CUDAAccelerator` can not run on your system since the "
+             "accelerator is not available"),
+])
+def test_a_gpu_accelerator_without_a_gpu_is_told_the_fix(accelerator, said, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "10", "--trainer.accelerator", accelerator])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "\n" not in err and err.startswith(f"error: {said}")
+    assert err.endswith("; this machine has no such device: use --trainer.accelerator cpu (or auto, which picks what "
+                        "it has)")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
 def test_every_shipped_config_parses(name, capsys):
     # a key renamed in the code but not in a config would only surface when someone runs that config

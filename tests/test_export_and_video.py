@@ -20,6 +20,8 @@ from conftest import quiet_trainer
 
 from td3_lightning import TD3, ReplayDataModule
 from td3_lightning.cli import main
+from td3_lightning.checkpointing import inspect_checkpoint
+from td3_lightning.errors import UserInputError
 from td3_lightning.export import export_torchscript, slim_checkpoint
 
 
@@ -55,6 +57,10 @@ def test_torchscript_actor_gives_the_module_actions(pendulum_ckpt, tmp_path):
     expected = TD3.load_from_checkpoint(pendulum_ckpt).actor(obs)
     assert torch.allclose(scripted(obs), expected, atol=1e-6)
     assert scripted(obs).abs().max() <= 2.0
+    with pytest.raises(UserInputError) as info:  # the export given where a checkpoint is expected: said as such
+        inspect_checkpoint(str(path))
+    assert str(info.value) == (f"cannot read checkpoint {path}: it is a TorchScript archive (an exported actor?), not "
+                               "a td3_lightning checkpoint: give the .ckpt it was exported from")
 
 
 def test_onnx_actor_gives_the_module_actions_at_any_batch_size(pendulum_ckpt, tmp_path, capsys):
