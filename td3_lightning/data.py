@@ -441,10 +441,14 @@ class ReplayDataModule(L.LightningDataModule):
         line (e.g. MuJoCo without an OpenGL context). Tried once, on a throwaway env."""
         if self._render_problem is None:
             try:
-                env = self.make_eval_env(render_mode="rgb_array")
+                with warnings.catch_warnings():  # a display library's own warnings: the problem is said below
+                    warnings.filterwarnings("ignore", module="glfw")
+                    env = self.make_eval_env(render_mode="rgb_array")
                 try:
                     env.reset(seed=0)
-                    frame = env.render()
+                    with warnings.catch_warnings():
+                        warnings.filterwarnings("ignore", module="glfw")
+                        frame = env.render()
                     if not isinstance(frame, np.ndarray) or frame.ndim != 3:
                         raise RuntimeError(f"render() gave {type(frame).__name__}, not an RGB image")
                 finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 
@@ -141,6 +143,9 @@ class NoDisplayEnv(ConstantRewardEnv):
         self.render_mode = render_mode
 
     def render(self):
+        # as glfw says it without a display (GLFWError is a UserWarning issued from the glfw module)
+        warnings.warn_explicit("(65544) b'X11: The DISPLAY environment variable is missing'", UserWarning,
+                               "glfw/__init__.py", 1, module="glfw")
         raise RuntimeError("an OpenGL platform library has not been loaded into this process\nsecond line")
 
 

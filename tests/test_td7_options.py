@@ -3,6 +3,8 @@ against hand-computed answers, and resumed bit for bit."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -360,3 +362,13 @@ def test_lap_with_frames_shared_between_observations_is_one_line_before_anything
     assert capsys.readouterr().err.strip() == ("error: data.sampler lap needs a replay of whole observations: set "
                                                "data.frame_stack 1 or data.sampler uniform")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_hard_target_updates_after_the_last_step_are_warned_of(tmp_path):
+    """The targets would never take the trained weights (and value clipping would keep its first bounds)."""
+    with pytest.warns(UserWarning, match=r"^model.target_update_every 100 is at or after trainer.max_steps \(40\): "
+                                         r"the targets \(and the fixed encoder\) never take the trained weights"):
+        _fit(tmp_path, 40, target_update_every=100)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="model.target_update_every")
+        _fit(tmp_path, 40, target_update_every=20)  # updated at step 20: no warning

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from td3_lightning.embeddings import FixedEncoder, SALEEncoder
@@ -38,6 +39,13 @@ class HardTargetUpdates(StepHook):
     def __init__(self, every: int, fixed: FixedEncoder | None = None, encoder: SALEEncoder | None = None,
                  target_value: Any = None) -> None:
         self.every, self.fixed, self.encoder, self.target_value = int(every), fixed, encoder, target_value
+
+    def on_train_start(self, module: Any) -> None:
+        max_steps = module.trainer.max_steps
+        if max_steps is not None and 0 < max_steps <= self.every and module.trainer.global_step < self.every:
+            rank_zero_warn(f"model.target_update_every {self.every} is at or after trainer.max_steps ({max_steps}): "
+                           "the targets (and the fixed encoder) never take the trained weights; set it below "
+                           "max_steps (TD7: 250)")
 
     def before_step(self, module: Any, step: int) -> None:
         if step == 0 or step % self.every:
