@@ -35,6 +35,12 @@ TRAINER_SUBCOMMANDS = ("fit", "validate", "test")
 FULL = "full"  # `fit --help full`: LightningCLI's help, every option
 
 
+def plain_text(doc: str) -> str:
+    """A docstring as ``--help`` shows it: ``code`` as `code`, :class:`~pkg.Name` as Name."""
+    doc = re.sub(r":\w+:`~?(?:[\w.]*\.)?(\w+)`", r"\1", doc)
+    return re.sub(r"``(.+?)``", r"`\1`", doc, flags=re.DOTALL)
+
+
 def listing() -> str:
     """Every subcommand with one line of what it does and an example."""
     width = max(map(len, SUBCOMMANDS))

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Any
 
-from td3_lightning.commands import PROG, OneLineParser
+from td3_lightning.commands import PROG, OneLineParser, plain_text
 from td3_lightning.errors import UserInputError, check_checkpoint_file
 
 if TYPE_CHECKING:  # torch and Lightning are imported when a checkpoint is read: --help and parse errors need none
@@ -141,7 +141,7 @@ class _ExportParser(OneLineParser):
 
 
 def _parser() -> OneLineParser:
-    parser = _ExportParser(prog=f"{PROG} export", description=__doc__, allow_abbrev=False,
+    parser = _ExportParser(prog=f"{PROG} export", description=plain_text(__doc__), allow_abbrev=False,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt_path", default="best", metavar="CKPT",
                         help="the checkpoint to export from: best (default) or last, the newest run's under "

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from td3_lightning.commands import PROG, OneLineParser
+from td3_lightning.commands import PROG, OneLineParser, plain_text
 from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
 from td3_lightning.trainer_options import SEED_RANGE, check_folder_option
 
@@ -460,7 +460,7 @@ def _parser() -> OneLineParser:
     parser = OneLineParser(
         prog=TUNE, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage=f"{TUNE} --config <yaml> [--storage URL] [--n_trials N] [--space FILE] [...] [any fit option]",
-        description=__doc__.split("\n\n", 2)[2],
+        description=plain_text(__doc__.split("\n\n", 2)[2]),
         epilog=f"Any other option is a fit option ({PROG} fit --help) and applies to every "
                f"trial; a fit option that names a parameter of the space fixes it (it is left out of the "
                f"search).\n\nThe default space (--space replaces it; a YAML or JSON file of such entries; types "

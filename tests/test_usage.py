@@ -76,3 +76,14 @@ def test_full_is_dropped_only_after_help():
     assert commands.requested(["--config", "x.yaml"]) is None
     assert commands.requested(["-h"]) == "short"
     assert commands.requested(["--help", "full"]) == "full"
+
+
+def test_docstring_markup_becomes_plain_help_text():
+    assert commands.plain_text("A ``fit`` of :class:`~td3_lightning.cli.TD3CLI` (:func:`main`, ``a\nb``).") == (
+        "A `fit` of TD3CLI (main, `a\nb`).")
+    for subcommand in ("export", "tune"):
+        out = subprocess.run([sys.executable, "-m", "td3_lightning", subcommand, "--help"], capture_output=True,
+                             text=True, timeout=120)
+        text = out.stdout
+        assert out.returncode == 0 and "usage:" in text
+        assert "``" not in text and ":class:" not in text and ":func:" not in text, subcommand
