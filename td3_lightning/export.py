@@ -140,6 +140,22 @@ class _ExportParser(OneLineParser):
         return ""
 
 
+#: the file suffix of each format
+SUFFIX = {"slim": ".ckpt", "torchscript": ".pt", "onnx": ".onnx"}
+
+
+def check_format(out: str, fmt: str) -> None:
+    """One line when ``out``'s suffix names another format than ``fmt`` (TorchScript in ``actor.onnx``, an ONNX
+    graph in ``actor.pt``, an actor in ``policy.ckpt``)."""
+    suffix = Path(out).suffix.lower()
+    wanted = {".onnx": "onnx", ".ckpt": "slim"}.get(suffix)
+    if (wanted is not None and wanted != fmt) or (fmt == "onnx" and suffix != ".onnx"):
+        hint = f"add --format {wanted}, or " if wanted else ""
+        raise UserInputError(f"--out {out} does not name {'an' if fmt[0] in 'aeiou' else 'a'} {fmt} file "
+                             f"(--format {fmt}): {hint}name it "
+                             f"{Path(out).stem}{SUFFIX[fmt]}")
+
+
 def _parser() -> OneLineParser:
     parser = _ExportParser(prog=f"{PROG} export", description=plain_text(__doc__), allow_abbrev=False,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -161,6 +177,7 @@ def main(args: list[str] | None = None) -> None:
     """``python -m td3_lightning export``: bad input is one ``error:`` line, exit status 2, nothing written."""
     try:
         ns = _parser().parse_args(args)
+        check_format(ns.out, ns.format)
         if ns.ckpt_path not in ("best", "last"):
             check_checkpoint_file(ns.ckpt_path)  # before torch is imported
         from td3_lightning.checkpointing import check_checkpoint, find_run_checkpoint

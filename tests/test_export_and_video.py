@@ -296,6 +296,27 @@ def test_export_into_a_folder_that_is_not_there_writes_nothing(out, line, pendul
     assert _snapshot(tmp_path) == {"notes.txt": b"notes\n"}
 
 
+@pytest.mark.parametrize("args, line", [
+    (["--out", "actor.onnx", "--format", "torchscript"],
+     "error: --out actor.onnx does not name a torchscript file (--format torchscript): add --format onnx, or name it "
+     "actor.pt"),
+    (["--out", "actor.onnx"], "error: --out actor.onnx does not name a slim file (--format slim): add --format onnx, "
+                              "or name it actor.ckpt"),
+    (["--out", "policy.ckpt", "--format", "torchscript"],
+     "error: --out policy.ckpt does not name a torchscript file (--format torchscript): add --format slim, or name it "
+     "policy.pt"),
+    (["--out", "actor.pt", "--format", "onnx"], "error: --out actor.pt does not name an onnx file (--format onnx): "
+                                                "name it actor.onnx"),
+])
+def test_export_to_a_file_named_for_another_format_is_one_line(args, line, pendulum_ckpt, tmp_path, monkeypatch,
+                                                                capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--ckpt_path", str(pendulum_ckpt), *args])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [line]
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("option", ["--config", "--data.env_kwargs.aid_features", "--model.gamma"])
 def test_export_given_a_config_option_says_it_reads_everything_from_the_checkpoint(option, tmp_path, capsys,
                                                                                   monkeypatch):
