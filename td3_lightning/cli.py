@@ -431,7 +431,9 @@ def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
             elif line.startswith("Given value:"):
                 got = line.split(":", 1)[1].strip()
         if expected is not None and got is not None:
-            return f"invalid value for {key}: expected {expected}, got {got!r}"
+            finite = " (a finite number)" if expected == "a float" and got.strip().lower().lstrip("+-") in (
+                "nan", "inf", "infinity") else ""
+            return f"invalid value for {key}: expected {expected}{finite}, got {got!r}"
         return f"invalid value for {key}: " + _clean_type(" ".join(detail))
     return _clean_type(" ".join(lines))
 

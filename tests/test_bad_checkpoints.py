@@ -128,6 +128,8 @@ def test_bad_checkpoint_one_line_nothing_written(
         (["--model.gamme", "0.9"], None,
          "error: unknown option --model.gamme (did you mean --model.gamma?); --help lists the options"),
         (["--model.gamma", "abc"], None, "error: invalid value for model.gamma: expected a float, got 'abc'"),
+        (["--data.priority_alpha", "nan"], None,
+         "error: invalid value for data.priority_alpha: expected a float (a finite number), got 'nan'"),
         (["--trainer.max_steps", "1.5"], None,
          "error: invalid value for trainer.max_steps: expected an int, got '1.5'"),
         (["--seed_everything", "abc"], None,
