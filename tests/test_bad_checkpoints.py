@@ -141,8 +141,8 @@ def test_bad_checkpoint_one_line_nothing_written(
          "error: unknown key trainer.max_stepz in the configuration (did you mean trainer.max_steps?); "
          "--help lists the options"),
     ],
-    ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "wrong-union", "config-unknown-key", "config-wrong-type",
-         "config-unknown-trainer-key"],
+    ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "wrong-union", "config-unknown-key",
+         "config-wrong-type", "config-unknown-trainer-key"],
 )
 def test_bad_option_or_config_one_line(args, config, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
