@@ -309,14 +309,15 @@ class ReplayDataModule(L.LightningDataModule):
         return (step % self.chunk_steps == 0 or 0 <= trainer.max_steps <= step
                 or (trainer.world_size == 1 and trainer.received_sigterm))
 
-    def _shares_frames(self) -> bool:
-        """Whether the replay stores each frame of stacked image observations once (:class:`FrameStackReplay`)."""
+    def _shares_frames(self) -> int:
+        """The frames per observation when the replay stores each frame of stacked image observations once
+        (:class:`FrameStackReplay`), else 0."""
         stack = self.spec.frame_stack if self.frame_stack is None else self.frame_stack
-        return len(self.spec.obs_shape) == 3 and stack > 1
+        return stack if len(self.spec.obs_shape) == 3 and stack > 1 else 0
 
     def _make_buffer(self, device: torch.device) -> ReplayBuffer | FrameStackReplay:
         """Image observations of stacked frames share their frames; anything else is stored whole."""
-        if self._shares_frames():
+        if stack := self._shares_frames():
             return FrameStackReplay(self.buffer_size, self.spec.obs_shape, len(self.spec.action_low), stack, device,
                                     num_streams=self.num_envs, critic_obs_shape=self._critic_obs_shape,
                                     n_step=self.n_step)
