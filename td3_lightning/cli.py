@@ -9,7 +9,6 @@ checkpoints) printed as one line.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
@@ -137,6 +136,7 @@ class TD3CLI(LightningCLIHooks):
     _notes: tuple[str, ...] = ()  # said once the input has passed every check
     _given_model_options: tuple[str, ...] = ()  # the --model.* options on the command line
     _checkpoint_line: str = ""  # which file --ckpt_path last|best chose
+    _warnings: tuple[str, ...] = ()  # warned of once the input has passed every check
     _seeded = False  # set_seed ran ("Seed set to N" is said when the Trainer is built)
 
     @staticmethod
@@ -190,7 +190,7 @@ class TD3CLI(LightningCLIHooks):
         resets = self.config[subcommand]["model"].get("reset_steps") if subcommand else None
         mode = self.config[subcommand]["model"].get("compile_mode") if subcommand else None
         given = {key: self.config[subcommand]["model"].get(key) for key in self._given_model_options
-                 if key not in ("reset_steps", "compile_mode")} if subcommand and ckpt is not None else {}
+                 if key not in RESUME_MAY_CHANGE} if subcommand and ckpt is not None else {}
         try:
             read()  # the checkpoint's model hyperparameters into the config
         except argparse.ArgumentError as err:
@@ -212,7 +212,7 @@ class TD3CLI(LightningCLIHooks):
         """Model options given on the command line that the checkpoint's own replace: refused by fit (the resumed run
         keeps its model), said by validate and test (they play the checkpoint's policy)."""
         saved = self.config[subcommand]["model"]
-        replaced = {key: value for key, value in given.items() if key in saved and saved.get(key) != value}
+        replaced = {key: value for key, value in given.items() if key in saved and not _same(key, saved.get(key), value)}
         if not replaced:
             return
         listing = ", ".join(f"--model.{key} {_shown(value)} (the checkpoint's: {_shown(saved.get(key))})"
@@ -221,8 +221,8 @@ class TD3CLI(LightningCLIHooks):
             raise UserInputError(
                 f"a resumed run keeps the model options of its checkpoint ({ckpt}): {listing}; drop "
                 f"{'them' if len(replaced) > 1 else 'it'}, or train a new run (without --ckpt_path)")
-        rank_zero_warn(f"{subcommand} plays the checkpoint's model ({ckpt}), as it was trained: {listing} "
-                       f"{'are' if len(replaced) > 1 else 'is'} not used")
+        self._warnings += (f"{subcommand} plays the checkpoint's model ({ckpt}), as it was trained: {listing} "
+                           f"{'are' if len(replaced) > 1 else 'is'} not used",)
 
     def _check_against_env(self) -> None:
         """The checkpoint's observation and action spaces (and replay capacity) against the
@@ -243,6 +243,13 @@ class TD3CLI(LightningCLIHooks):
                     "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
                     + trained_on(facts["env"], env_id, self.datamodule.env_kwargs, facts["model"])
                 )
+        privileged, ours = facts["privileged"], self.datamodule.critic_obs_shape is not None
+        if privileged is not None and privileged != ours:
+            raise UserInputError(
+                f"checkpoint {path} was trained with data.privileged_critic {str(privileged).lower()} (its critics "
+                f"read {'a privileged state' if privileged else 'the observation'}); set data.privileged_critic "
+                f"{str(privileged).lower()}"
+            )
         bounds = facts["action_bounds"]
         if bounds is not None and [list(b) for b in bounds] != [list(spec.action_low), list(spec.action_high)]:
             raise UserInputError(
@@ -338,6 +345,8 @@ class TD3CLI(LightningCLIHooks):
             raise lightning_refusal(err, "trainer", _as_dict(config)) from None
         if self._checkpoint_line:
             rank_zero_info(self._checkpoint_line)
+        for warning in self._warnings:
+            rank_zero_warn(warning)
         for note in self._notes if self.subcommand in ("fit", None) else ():  # what this training does otherwise
             rank_zero_info(note)
         seed = cli_config_value(self, self.config, "seed_everything")
@@ -572,9 +581,38 @@ def main(args: list[str] | None = None) -> None:
 
 
 def given_model_options(argv: list[str]) -> tuple[str, ...]:
-    """The ``--model.KEY`` options in ``argv`` (``--model.KEY VALUE`` or ``--model.KEY=VALUE``), in order."""
-    keys = [arg[len("--model."):].split("=", 1)[0].split(".", 1)[0] for arg in argv if str(arg).startswith("--model.")]
+    """The model options ``argv`` sets, in order: ``--model.KEY VALUE``, ``--model.KEY=VALUE``, ``--model.KEY+=VALUE``,
+    and the keys of a whole ``--model VALUE`` (a YAML mapping or a file holding one)."""
+    keys: list[str] = []
+    for i, arg in enumerate(map(str, argv)):
+        if arg.startswith("--model."):
+            keys.append(arg[len("--model."):].split("=", 1)[0].split(".", 1)[0].rstrip("+"))
+        elif arg == "--model" or arg.startswith("--model="):
+            value = arg.split("=", 1)[1] if "=" in arg else (str(argv[i + 1]) if i + 1 < len(argv) else "")
+            keys.extend(_mapping_keys(value))
     return tuple(dict.fromkeys(keys))
+
+
+def _mapping_keys(value: str) -> list[str]:
+    """The top-level keys of ``value``, a YAML mapping or the path of a file holding one (none otherwise)."""
+    try:
+        text = Path(value).read_text() if os.path.isfile(value) else value
+        loaded = yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    return [str(k) for k in loaded] if isinstance(loaded, dict) else []
+
+
+#: model options a resumed run takes from the command line over its checkpoint's: how the update is computed, when
+#: the networks start over (both handled in read_checkpoint_hparams) and a process-wide CPU flag
+RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal")
+
+
+def _same(key: str, saved: Any, given: Any) -> bool:
+    """Whether a given model option is the checkpoint's (a teacher file: the same file, however named)."""
+    if key == "teacher" and isinstance(saved, str) and isinstance(given, str):
+        return os.path.realpath(saved) == os.path.realpath(given)
+    return saved == given
 
 
 def _shown(value: Any) -> str:

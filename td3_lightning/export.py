@@ -144,16 +144,22 @@ class _ExportParser(OneLineParser):
 SUFFIX = {"slim": ".ckpt", "torchscript": ".pt", "onnx": ".onnx"}
 
 
-def check_format(out: str, fmt: str) -> None:
-    """One line when ``out``'s suffix names another format than ``fmt`` (TorchScript in ``actor.onnx``, an ONNX
-    graph in ``actor.pt``, an actor in ``policy.ckpt``)."""
+def check_format(out: str, fmt: str | None) -> str:
+    """``fmt``, or slim when not given; one line when ``out``'s suffix names another format (TorchScript in
+    ``actor.onnx``, an ONNX graph in ``actor.pt``, an actor in ``policy.ckpt``) or, for a ``.pt`` file, none was
+    given (torch.save and torch.jit files both use it)."""
     suffix = Path(out).suffix.lower()
+    if fmt is None and suffix in (".pt", ".pth"):
+        raise UserInputError(f"--out {out}: say what to write: --format torchscript (the actor, for torch.jit.load) "
+                             "or --format slim (a checkpoint for test and TD3.load_from_checkpoint)")
+    fmt = fmt or "slim"
     wanted = {".onnx": "onnx", ".ckpt": "slim"}.get(suffix)
     if (wanted is not None and wanted != fmt) or (fmt == "onnx" and suffix != ".onnx"):
         hint = f"add --format {wanted}, or " if wanted else ""
         raise UserInputError(f"--out {out} does not name {'an' if fmt[0] in 'aeiou' else 'a'} {fmt} file "
                              f"(--format {fmt}): {hint}name it "
                              f"{Path(out).stem}{SUFFIX[fmt]}")
+    return fmt
 
 
 def _parser() -> OneLineParser:
@@ -168,8 +174,8 @@ def _parser() -> OneLineParser:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out if it exists (never the checkpoint being exported, never a training "
                         "checkpoint)")
-    parser.add_argument("--format", choices=list(FORMATS), default="slim",
-                        help="what to write: slim, torchscript or onnx (default: slim)")
+    parser.add_argument("--format", choices=list(FORMATS), default=None,
+                        help="what to write: slim, torchscript or onnx (default: slim; given for a .pt file)")
     return parser
 
 
@@ -177,7 +183,7 @@ def main(args: list[str] | None = None) -> None:
     """``python -m td3_lightning export``: bad input is one ``error:`` line, exit status 2, nothing written."""
     try:
         ns = _parser().parse_args(args)
-        check_format(ns.out, ns.format)
+        fmt = check_format(ns.out, ns.format)
         if ns.ckpt_path not in ("best", "last"):
             check_checkpoint_file(ns.ckpt_path)  # before torch is imported
         from td3_lightning.checkpointing import check_checkpoint, find_run_checkpoint
@@ -185,10 +191,11 @@ def main(args: list[str] | None = None) -> None:
         ckpt = ns.ckpt_path
         if ckpt in ("best", "last"):
             ckpt = find_run_checkpoint({}, ckpt)
-            print(f"checkpoint: {ckpt} (--ckpt_path {ns.ckpt_path})")
         check_checkpoint(ckpt)
         check_out(ckpt, ns.out, ns.overwrite)
-        out = export(ckpt, ns.out, ns.format)
+        if ns.ckpt_path in ("best", "last"):  # said once the input passed every check
+            print(f"checkpoint: {ckpt} (--ckpt_path {ns.ckpt_path})")
+        out = export(ckpt, ns.out, fmt)
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

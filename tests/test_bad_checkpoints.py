@@ -433,6 +433,25 @@ def test_the_pixel_driver_with_a_privileged_state_of_another_size_names_it(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_privileged_critic_on_one_side_only_is_one_line_with_nothing_said_before(tmp_path, monkeypatch, capsys):
+    """The checkpoint's critics read the privileged state; the configured run has none. Its warning of an option
+    the checkpoint replaces would come first: it is said only once every check has passed."""
+    import td3_lightning
+
+    monkeypatch.chdir(tmp_path)
+    ckpt = torch.load(Path(td3_lightning.__file__).parent / "checkpoints" / "car_pixels.ckpt", weights_only=True)
+    ckpt["hyper_parameters"]["teacher"] = None
+    torch.save(ckpt, tmp_path / "pixels.ckpt")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        err = _error_line(["test", "--config", "car_pixels.yaml", "--ckpt_path", "pixels.ckpt",
+                           "--data.privileged_critic", "false", "--model.gamma", "0.5"], capsys)
+    assert err == ("error: checkpoint pixels.ckpt was trained with data.privileged_critic true (its critics read a "
+                   "privileged state); set data.privileged_critic true")
+    assert not [w for w in caught if "plays the checkpoint's model" in str(w.message)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pixels.ckpt"]
+
+
 class BrokenEnv(gym.Env):
     def __init__(self, size: int = 1) -> None:
         if size < 1:

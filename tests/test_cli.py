@@ -290,13 +290,16 @@ def test_resume_with_reset_steps_resets_a_run_saved_without_them(tmp_path, monke
     assert len(ours) == 1 and ours[0].endswith(f"checkpoint: {last} (--ckpt_path last)")
 
 
-def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, monkeypatch, capsys):
+def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, monkeypatch, capsys, lightning_log):
     """Lightning reads a checkpoint's hyperparameters over the command line's: a --model option that differs would be
     dropped silently. fit refuses it in one line (and says nothing else first); test plays the checkpoint, warning."""
     from td3_lightning.cli import given_model_options
 
     assert given_model_options(["fit", "--model.gamma", "0.5", "--model.hidden_dims=[8]", "--data.batch_size", "4",
-                                "--model.gamma", "0.4"]) == ("gamma", "hidden_dims")
+                                "--model.gamma", "0.4", "--model.reset_steps+=100", "--model", "{tau: 0.1}"]) == (
+        "gamma", "hidden_dims", "reset_steps", "tau")
+    (tmp_path / "model.yaml").write_text("policy_noise: 0.3\nnoise_clip: 0.4\n")
+    assert given_model_options(["--model=" + str(tmp_path / "model.yaml")]) == ("policy_noise", "noise_clip")
     monkeypatch.chdir(tmp_path)
     args = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.limit_val_batches", "0",
             "--data.test_episodes", "1", "--model.hidden_dims", "[8]"]
@@ -312,7 +315,10 @@ def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, m
         "checkpoint's: [8]), --model.gamma 0.5 (the checkpoint's: 0.98); drop them, or train a new run "
         "(without --ckpt_path)")
     assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
-    main(["fit", *args, "--trainer.max_steps", "24", "--ckpt_path", "last", "--model.gamma", "0.98"])  # the same: fine
+    assert "checkpoint: " not in lightning_log.text  # which file --ckpt_path last chose: said once the input passed
+    main(["fit", *args, "--trainer.max_steps", "24", "--ckpt_path", "last", "--model.gamma", "0.98",
+          "--model.flush_denormal", "false"])  # the checkpoint's value, and a process-wide flag: fine
+    assert f"checkpoint: {last} (--ckpt_path last)" in lightning_log.text
     assert torch.load(next(tmp_path.glob("lightning_logs/version_1/checkpoints/last.ckpt")),
                       weights_only=False)["global_step"] == 24
     with pytest.warns(UserWarning, match=r"test plays the checkpoint's model \(.*\), as it was trained: "

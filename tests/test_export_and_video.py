@@ -307,6 +307,8 @@ def test_export_into_a_folder_that_is_not_there_writes_nothing(out, line, pendul
      "policy.pt"),
     (["--out", "actor.pt", "--format", "onnx"], "error: --out actor.pt does not name an onnx file (--format onnx): "
                                                 "name it actor.onnx"),
+    (["--out", "actor.pt"], "error: --out actor.pt: say what to write: --format torchscript (the actor, for "
+                            "torch.jit.load) or --format slim (a checkpoint for test and TD3.load_from_checkpoint)"),
 ])
 def test_export_to_a_file_named_for_another_format_is_one_line(args, line, pendulum_ckpt, tmp_path, monkeypatch,
                                                                 capsys):
