@@ -464,7 +464,8 @@ def _parser() -> OneLineParser:
         epilog=f"Any other option is a fit option ({PROG} fit --help) and applies to every "
                f"trial; a fit option that names a parameter of the space fixes it (it is left out of the "
                f"search).\n\nThe default space (--space replaces it; a YAML or JSON file of such entries; types "
-               f"float and int take low, high, log, step; categorical takes choices):\n{space}",
+               f"float and int take low, high, log, step; categorical takes choices; model.tau is left out when "
+               f"the config sets model.target_update_every):\n{space}",
     )
     parser.add_argument("-c", "--config", required=True, metavar="FILE",
                         help="the fit config (a YAML file or a bundled config name)")
@@ -557,6 +558,8 @@ def tune(argv: list[str]) -> None:
 
     base = resolve_config_args(["--config", ns.config, *overrides])  # a bundled config's name, as fit takes it
     parse_only = _build_cli(base, instantiate=False, seed=False)  # the config and the fit options, checked
+    if ns.space is None and "model.tau" in space and (parse_only.config.get("model") or {}).get("target_update_every"):
+        del space["model.tau"]  # hard target updates (the TD7 configs): the Polyak rate tau is not used
     check_space(parse_only, base, space)
     check_budget(parse_only, space)
     dry_run(base)  # what fit checks while it builds env, model and Trainer

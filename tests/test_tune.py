@@ -156,6 +156,18 @@ def test_default_pruner_is_the_median_pruner(tmp_path, monkeypatch):
     assert (pruner._n_startup_trials, pruner._n_warmup_steps) == (5, 200)
 
 
+def test_the_default_space_leaves_tau_out_under_hard_target_updates(tmp_path, monkeypatch):
+    """With model.target_update_every (TD7's hard target updates) the Polyak rate is not used: not searched."""
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+    monkeypatch.setattr(tune_module, "run_study", lambda study, base, space, *a: seen.setdefault("space", space))
+    main(["tune", "--config", "pendulum.yaml", "--n_trials", "1", *TINY, "--model.target_update_every", "100"])
+    assert "model.tau" not in seen["space"] and "model.actor_lr" in seen["space"]
+    seen.clear()
+    main(["tune", "--config", "pendulum.yaml", "--n_trials", "1", *TINY, "--study_name", "soft"])
+    assert "model.tau" in seen["space"]
+
+
 @pytest.mark.parametrize(
     "args, space, message",
     [
