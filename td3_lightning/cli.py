@@ -212,7 +212,8 @@ class TD3CLI(LightningCLIHooks):
         """Model options given on the command line that the checkpoint's own replace: refused by fit (the resumed run
         keeps its model), said by validate and test (they play the checkpoint's policy)."""
         saved = self.config[subcommand]["model"]
-        replaced = {key: value for key, value in given.items() if key in saved and not _same(key, saved.get(key), value)}
+        replaced = {key: value for key, value in given.items()
+                    if key in saved and not _same(key, saved.get(key), value)}
         if not replaced:
             return
         listing = ", ".join(f"--model.{key} {_shown(value)} (the checkpoint's: {_shown(saved.get(key))})"

@@ -445,15 +445,13 @@ class ReplayDataModule(L.LightningDataModule):
                 with warnings.catch_warnings():  # a display library's own warnings: the problem is said below
                     warnings.filterwarnings("ignore", module="glfw")
                     env = self.make_eval_env(render_mode="rgb_array")
-                try:
-                    env.reset(seed=0)
-                    with warnings.catch_warnings():
-                        warnings.filterwarnings("ignore", module="glfw")
+                    try:
+                        env.reset(seed=0)
                         frame = env.render()
-                    if not isinstance(frame, np.ndarray) or frame.ndim != 3:
-                        raise RuntimeError(f"render() gave {type(frame).__name__}, not an RGB image")
-                finally:
-                    env.close()
+                        if not isinstance(frame, np.ndarray) or frame.ndim != 3:
+                            raise RuntimeError(f"render() gave {type(frame).__name__}, not an RGB image")
+                    finally:
+                        env.close()
                 self._render_problem = ""
             except Exception as err:  # any backend error: report it in one line
                 lines = str(err).strip().splitlines()

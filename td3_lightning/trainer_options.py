@@ -149,13 +149,14 @@ def lightning_refusal(err: Exception, group: str, options: Mapping[str, Any], ki
     if not named and "Timer(duration=" in text:
         named = ["max_time"]
     named = named or sorted((k for k in options if re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", text)), key=len)[-1:]
-    if "No supported gpu backend found" in text and "accelerator" in options:  # the message names no option
+    no_backend = "No supported gpu backend found" in text  # a message that names no option
+    if no_backend and "accelerator" in options:
         named = ["accelerator"]
     what = f"{group}.{named[0]} {options[named[0]]!r}" if named else f"a {kind or group} option"
-    fix = ""
-    if named == ["accelerator"] and ("No supported gpu backend" in text or "is not available" in text):
+    if named == ["accelerator"] and (no_backend or "is not available" in text):
         fix = "; this machine has no such device: use --trainer.accelerator cpu (or auto, which picks what it has)"
-    return UserInputError(f"Lightning refuses {what}: {text.rstrip('.!') if fix else text}{fix}")
+        return UserInputError(f"Lightning refuses {what}: {text.rstrip('.!')}{fix}")
+    return UserInputError(f"Lightning refuses {what}: {text}")
 
 
 def validation_steps(trainer: Mapping[str, Any]) -> int | None:

@@ -21,6 +21,8 @@ from td3_lightning.checkpointing import find_run_checkpoint
 from td3_lightning.cli import main
 from td3_lightning.errors import UserInputError
 
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "td3_lightning" / "checkpoints"  # the shipped drivers
+
 RUN = [
     "--config", "pendulum.yaml", "--trainer.max_steps", "60", "--trainer.val_check_interval", "30",
     "--data.warmup_steps", "100", "--data.buffer_size", "5000", "--data.eval_episodes", "1",
@@ -296,10 +298,8 @@ def test_a_checkpoint_of_other_env_kwargs_names_the_ones_it_was_trained_with(tmp
 
 def test_the_shipped_state_driver_with_car_yaml_is_told_the_option_that_fits_it(tmp_path, monkeypatch, capsys):
     """car.yaml's env has the aid features; the shipped driver was trained without them."""
-    import td3_lightning
-
     monkeypatch.chdir(tmp_path)
-    shipped = Path(td3_lightning.__file__).parent / "checkpoints" / "car_random_tracks.ckpt"
+    shipped = SHIPPED_DIR / "car_random_tracks.ckpt"
     err = _error_line(["test", "--config", "car.yaml", "--ckpt_path", str(shipped)], capsys)
     assert err == (f"error: checkpoint observation shape (43,) != CarRacingState-v0's (45,) ({shipped}); use the env "
                    "(data.env_id, data.env_kwargs) the checkpoint was trained on: it was trained on CarRacingState-v0 "
@@ -355,10 +355,8 @@ def test_trained_on_gives_the_overrides_back_to_the_checkpoint_s_env():
 def test_the_same_shapes_from_other_env_kwargs_are_played_with_a_warning_that_names_the_overrides(
         tmp_path, monkeypatch, lightning_log):
     """The whole env_kwargs replaced by a dict without action_repeat: 43 features still, but another env."""
-    import td3_lightning
-
     monkeypatch.chdir(tmp_path)
-    shipped = Path(td3_lightning.__file__).parent / "checkpoints" / "car_random_tracks.ckpt"
+    shipped = SHIPPED_DIR / "car_random_tracks.ckpt"
     args = ["test", "--config", "car.yaml", "--ckpt_path", str(shipped), "--data.test_episodes", "1"]
     with pytest.warns(UserWarning) as caught:
         main([*args, "--data.env_kwargs", "{aid_features: false, action_mode: steer_throttle}"])
@@ -405,10 +403,8 @@ def test_a_training_env_keyword_at_fault_is_named_alone(tmp_path, monkeypatch, c
 @pytest.mark.parametrize("extra", [[], ["--data.privileged_critic", "true"]])
 def test_the_pixel_driver_with_the_state_config_names_the_observation_shape(extra, tmp_path, monkeypatch, capsys):
     """The real cause, not what follows from it (a teacher without a privileged observation, an env without one)."""
-    import td3_lightning
-
     monkeypatch.chdir(tmp_path)
-    pixels = Path(td3_lightning.__file__).parent / "checkpoints" / "car_pixels.ckpt"
+    pixels = SHIPPED_DIR / "car_pixels.ckpt"
     err = _error_line(["test", "--config", "car.yaml", "--ckpt_path", str(pixels), *extra], capsys)
     assert err == (f"error: checkpoint observation shape (4, 40, 40) != CarRacingState-v0's (45,) ({pixels}); "
                    "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on: it was trained on "
@@ -420,10 +416,8 @@ def test_the_pixel_driver_with_the_state_config_names_the_observation_shape(extr
 def test_the_pixel_driver_with_a_privileged_state_of_another_size_names_it(tmp_path, monkeypatch, capsys):
     """The same frames, but the critics' privileged state grew (aid_features): one line naming the override, not
     load_state_dict's size mismatch."""
-    import td3_lightning
-
     monkeypatch.chdir(tmp_path)
-    pixels = Path(td3_lightning.__file__).parent / "checkpoints" / "car_pixels.ckpt"
+    pixels = SHIPPED_DIR / "car_pixels.ckpt"
     err = _error_line(["test", "--config", "car_pixels.yaml", "--ckpt_path", str(pixels),
                        "--data.env_kwargs.aid_features", "true"], capsys)
     assert err == (f"error: checkpoint privileged observation shape (43,) != CarRacingPixels-v0's (45,) ({pixels}); "
@@ -436,10 +430,8 @@ def test_the_pixel_driver_with_a_privileged_state_of_another_size_names_it(tmp_p
 def test_a_privileged_critic_on_one_side_only_is_one_line_with_nothing_said_before(tmp_path, monkeypatch, capsys):
     """The checkpoint's critics read the privileged state; the configured run has none. Its warning of an option
     the checkpoint replaces would come first: it is said only once every check has passed."""
-    import td3_lightning
-
     monkeypatch.chdir(tmp_path)
-    ckpt = torch.load(Path(td3_lightning.__file__).parent / "checkpoints" / "car_pixels.ckpt", weights_only=True)
+    ckpt = torch.load(SHIPPED_DIR / "car_pixels.ckpt", weights_only=True)
     ckpt["hyper_parameters"]["teacher"] = None
     torch.save(ckpt, tmp_path / "pixels.ckpt")
     with warnings.catch_warnings(record=True) as caught:
