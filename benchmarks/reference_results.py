@@ -18,7 +18,9 @@ into its own version folder.
 is skipped, a seed with a ``last.ckpt`` but no test result continues its training from there
 (``fit --ckpt_path last``) and is then tested, and any other seed starts fresh. So a
 1M-step budget can be spread over several sittings. ``table`` lists unfinished seeds separately,
-with the last step they were evaluated at.
+with the last step they were evaluated at. A seed whose summary exists but whose run is not under ``runs/``
+(a committed result) is trained again only with ``--overwrite``; ``compare`` replaces its ``--out`` only with
+``--overwrite`` too.
 
 A tested seed is also summarised in ``benchmarks/reference_runs/<name>/seed<S>.json`` (its
 test results, evaluation curve, training hours and the machine), a few kilobytes meant to be committed:
@@ -64,11 +66,18 @@ def latest_last_ckpt(folder: Path) -> Path:
     return found[-1]
 
 
-def run(config: str, seeds: list[int], extra: list[str], name: str | None = None) -> None:
-    """Train and test each seed of ``config`` under ``runs/<name>`` (``name``: the config's stem by default)."""
+def run(config: str, seeds: list[int], extra: list[str], name: str | None = None, overwrite: bool = False) -> None:
+    """Train and test each seed of ``config`` under ``runs/<name>`` (``name``: the config's stem by default). A
+    seed whose summary exists but whose run is not under ``runs/`` is refused unless ``overwrite``."""
     name = name or Path(config).stem
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise SystemExit(f"error: --name {name!r} must be a folder name (letters, digits, '_', '-', '.')")
+    folders = [ROOT / name / f"seed{seed}" for seed in seeds]
+    kept = [summary_path(name, f) for f in folders if seed_state(f) == "new" and summary_path(name, f).exists()]
+    if kept and not overwrite:
+        raise SystemExit(f"error: {', '.join(map(str, kept))} already summarise{'s' if len(kept) == 1 else ''} a run "
+                         f"of {name}; a new run would replace {'it' if len(kept) == 1 else 'them'}: give other "
+                         "--seeds, another --name, or --overwrite")
     for seed in seeds:
         folder = ROOT / name / f"seed{seed}"
         state = seed_state(folder)
@@ -79,8 +88,11 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
         common = ["--config", config, "--seed_everything", str(seed), "--trainer.default_root_dir", str(folder)]
         resume = ["--ckpt_path", "last"] if state == "resume" else []
         print(f"{name} seed {seed}: {'continuing from its last.ckpt' if resume else 'training'}", flush=True)
-        subprocess.run([*base, "fit", *common, *resume, *extra], check=True)
-        subprocess.run([*base, "test", *common, "--ckpt_path", str(latest_last_ckpt(folder))], check=True)
+        for command in ("fit", "test"):  # the test's checkpoint is the one the fit has written
+            more = [*resume, *extra] if command == "fit" else ["--ckpt_path", str(latest_last_ckpt(folder))]
+            returncode = subprocess.run([*base, command, *common, *more]).returncode
+            if returncode:  # the command said why (an `error:` line, exit 2, or its traceback)
+                sys.exit(returncode)
         path = save_summary(name, folder, ["--config", config, *extra])
         print(f"{name} seed {seed}: summary written to {path}")
 
@@ -267,9 +279,10 @@ def _seeds_label(name: str, seeds: list[int]) -> str:
     return f"{name} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"
 
 
-def compare(panels: list[str], out: Path, max_steps: int | None = None):
+def compare(panels: list[str], out: Path, max_steps: int | None = None, overwrite: bool = False):
     """One panel per ``TITLE=NAME,NAME,...``: the evaluation curves of each named summary, a colour per name and a
-    line per seed, cropped at ``max_steps`` training steps; written to ``out``. Returns the figure."""
+    line per seed, cropped at ``max_steps`` training steps; written to ``out`` (an existing file only with
+    ``overwrite``). Returns the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -299,6 +312,9 @@ def compare(panels: list[str], out: Path, max_steps: int | None = None):
                             label=_seeds_label(name, [r["seed"] for r in summaries[name]]) if i == 0 else None)
         _style(ax, title, legend_size="small")
     fig.tight_layout()
+    if out.exists() and not overwrite:
+        print(f"error: --out {out} exists; give another file or --overwrite", file=sys.stderr)
+        sys.exit(2)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=80)
     print(f"plot written to {out}")
@@ -312,19 +328,22 @@ def main() -> None:
     r.add_argument("--config", required=True)
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--name", help="the runs/ folder and summary name of a variant (default: the config's name)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="train a seed whose summary exists without its run under runs/, replacing that summary")
     sub.add_parser("table", help="print the results table and write the plot")
     c = sub.add_parser("compare", help="plot named summaries side by side, one panel per --panel")
     c.add_argument("--panel", action="append", required=True, metavar="TITLE=NAME,NAME,...",
                    help="a panel: its title and the summaries (benchmarks/reference_runs/<NAME>/) drawn in it")
     c.add_argument("--max_steps", type=int, help="crop the curves at this many training steps")
     c.add_argument("--out", type=Path, required=True, help="the image file (.png, .svg, ...)")
+    c.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args, extra = parser.parse_known_args()
     if args.command == "run":
-        run(args.config, args.seeds, extra, args.name)
+        run(args.config, args.seeds, extra, args.name, args.overwrite)
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     elif args.command == "compare":
-        compare(args.panel, args.out, args.max_steps)
+        compare(args.panel, args.out, args.max_steps, args.overwrite)
     else:
         table()
 

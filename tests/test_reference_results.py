@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,10 +70,11 @@ def test_run_skips_tested_seeds_and_continues_unfinished_ones(ref, tmp_path, mon
     _log_vals(version, [(4999, 100.0), (9999, 300.0)])
     calls: list[list[str]] = []
 
-    def fake_run(cmd: list[str], check: bool) -> None:
+    def fake_run(cmd: list[str]) -> subprocess.CompletedProcess:
         calls.append(cmd)
         if cmd[3] == "test":
             (version / "test_results.json").write_text(json.dumps({"test/return": 250.0}))
+        return subprocess.CompletedProcess(cmd, 0)
 
     monkeypatch.setattr(ref.subprocess, "run", fake_run)
     ref.run("walker2d.yaml", [0, 1], ["--trainer.callbacks", "null"])
@@ -93,7 +95,7 @@ def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_
     calls: list[list[str]] = []
     variant = tmp_path / "walker2d_ln" / "seed0"
 
-    def fake_run(cmd: list[str], check: bool) -> None:
+    def fake_run(cmd: list[str]) -> subprocess.CompletedProcess:
         calls.append(cmd)
         version = variant / "lightning_logs" / "version_0"
         if cmd[3] == "fit":
@@ -101,6 +103,7 @@ def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_
             _last_ckpt(version)
         else:
             (version / "test_results.json").write_text(json.dumps({"test/return": 5.0}))
+        return subprocess.CompletedProcess(cmd, 0)
 
     monkeypatch.setattr(ref.subprocess, "run", fake_run)
     ref.run("walker2d.yaml", [0], ["--model.layer_norm", "true"], name="walker2d_ln")
@@ -113,6 +116,27 @@ def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_
     assert summary["fit_args"] == ["--config", "walker2d.yaml", "--model.layer_norm", "true"]
     with pytest.raises(SystemExit, match="must be a folder name"):
         ref.run("walker2d.yaml", [0], [], name="../elsewhere")
+
+
+def test_run_refuses_to_replace_a_summary_without_its_run_and_stops_at_a_failed_command(ref, tmp_path, monkeypatch):
+    kept = tmp_path / "summaries" / "bipedal" / "seed1.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text('{"seed": 1}')
+    calls: list[list[str]] = []
+
+    def fake_run(cmd: list[str]) -> subprocess.CompletedProcess:
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 2)  # the fit refused its input (its `error:` line was printed)
+
+    monkeypatch.setattr(ref.subprocess, "run", fake_run)
+    with pytest.raises(SystemExit, match=r"seed1.json already summarises a run of bipedal; a new run would replace "
+                                         r"it: give other --seeds, another --name, or --overwrite"):
+        ref.run("bipedal.yaml", [0, 1], [])
+    assert calls == [] and kept.read_text() == '{"seed": 1}'
+    with pytest.raises(SystemExit) as info:
+        ref.run("bipedal.yaml", [1], ["--model.gamme", "0.9"], overwrite=True)
+    assert info.value.code == 2 and [c[3] for c in calls] == ["fit"]  # no test after the failed fit, no traceback
+    assert kept.read_text() == '{"seed": 1}'
 
 
 def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_path, capsys):
@@ -194,3 +218,11 @@ def test_compare_draws_named_summaries_one_panel_each_and_refuses_unknown_names(
     assert info.value.code == 2 and len(err) == 1 and err[0].startswith(
         "error: --panel Walker2d-v5=plain,nope: no summary of nope; give TITLE=NAME,NAME,...")
     assert not (tmp_path / "x.png").exists()
+    before = (tmp_path / "out" / "c.png").read_bytes()
+    with pytest.raises(SystemExit) as info:
+        ref.compare(["only plain=plain"], tmp_path / "out" / "c.png")
+    assert info.value.code == 2 and capsys.readouterr().err.strip() == (
+        f"error: --out {tmp_path / 'out' / 'c.png'} exists; give another file or --overwrite")
+    assert (tmp_path / "out" / "c.png").read_bytes() == before
+    ref.compare(["only plain=plain"], tmp_path / "out" / "c.png", overwrite=True)
+    assert (tmp_path / "out" / "c.png").read_bytes() != before
