@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 import re
 import sys
 import warnings
@@ -50,7 +51,7 @@ from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
 from td3_lightning.selection import CheckpointSelection, check_selection_options
-from td3_lightning.trainer_options import check_seed, check_trainer_options, lightning_refusal
+from td3_lightning.trainer_options import SEED_RANGE, check_seed, check_trainer_options, lightning_refusal
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -319,6 +320,12 @@ class TD3CLI(LightningCLIHooks):
             ) from None
 
     def set_seed(self, seed: Any) -> None:
+        # seed_everything true: a seed drawn here (Lightning's own draw is always 0), recorded in the saved config;
+        # a DDP rank that rank 0 started (LOCAL_RANK set) takes rank 0's from the environment
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if config.get("seed_everything") is True:
+            inherited = os.environ.get("PL_GLOBAL_SEED") if os.environ.get("LOCAL_RANK") else None
+            config["seed_everything"] = int(inherited) if inherited else random.SystemRandom().randint(*SEED_RANGE)
         # "Seed set to N" is said once the input has passed every check (instantiate_trainer),
         # so that bad input prints its error line alone
         level = _SEED_LOG.level

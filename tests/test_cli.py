@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from td3_lightning.cli import CONFIG_DIR, main
 
@@ -23,6 +24,22 @@ def run_cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Compl
     return subprocess.run(
         [sys.executable, "-m", "td3_lightning", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
+
+
+def test_seed_everything_true_draws_a_seed_for_each_run_and_records_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    args = ["fit", "--config", "pendulum.yaml", "--seed_everything", "true", "--trainer.max_steps", "20",
+            "--data.warmup_steps", "20", "--trainer.val_check_interval", "20", "--data.eval_episodes", "1"]
+    for _ in range(2):
+        main(args)
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a DDP rank that rank 0 started: rank 0's seed
+    monkeypatch.setenv("PL_GLOBAL_SEED", "1234")
+    main(args)
+    seeds = [yaml.safe_load((tmp_path / "lightning_logs" / f"version_{v}" / "config.yaml").read_text())["seed_everything"]
+             for v in range(3)]
+    assert all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds[:2]) and seeds[0] != seeds[1]
+    assert seeds[2] == 1234
 
 
 def test_fit_then_validate_and_test_from_checkpoint(tmp_path, cli_env):
