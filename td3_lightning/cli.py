@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from lightning.pytorch import Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -119,6 +119,29 @@ _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")
 
 # --ckpt_path values that Lightning resolves itself (besides "last" and "best", which the CLI resolves)
 _LIGHTNING_CKPT_NAMES = ("hpc", "registry")
+
+
+class SaveRunConfig(SaveConfigCallback):
+    """Lightning's ``config.yaml`` of a run without the checkpoint a fit resumed from (so that ``test --config
+    <run>/config.yaml`` plays that run's checkpoints)."""
+
+    def __init__(self, parser: LightningArgumentParser, config: Any, **kwargs: Any) -> None:
+        self.resumed = bool(config.get("ckpt_path"))
+        config = config.clone()
+        if "ckpt_path" in config:
+            config["ckpt_path"] = None
+        super().__init__(parser, config, **kwargs)
+
+    def check_run_folder(self, trainer: Trainer) -> None:
+        """A new fit with a logger refuses a log folder that holds another run's config (a logger version given
+        twice); a resumed one, or a SLURM job requeued into its job's version, continues there."""
+        if self.resumed or trainer.logger is None or SLURMEnvironment.job_id() is not None:
+            return
+        log_dir = trainer.log_dir
+        if log_dir is not None and Path(log_dir, self.config_filename).is_file():
+            raise UserInputError(
+                f"{log_dir} already holds a run ({self.config_filename}); give another "
+                "--trainer.logger.init_args.version (or none: a new version_N), or continue that run with --ckpt_path")
 
 
 class TD3CLI(LightningCLIHooks):
@@ -351,6 +374,10 @@ class TD3CLI(LightningCLIHooks):
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments
             raise lightning_refusal(err, "trainer", _as_dict(config)) from None
+        if self.subcommand in ("fit", None):
+            for callback in trainer.callbacks:
+                if isinstance(callback, SaveRunConfig):
+                    callback.check_run_folder(trainer)
         if self._checkpoint_line:
             rank_zero_info(self._checkpoint_line)
         for warning in self._warnings:
@@ -520,6 +547,7 @@ def cli_kwargs() -> dict[str, Any]:
     """What :func:`main` gives :class:`TD3CLI` besides the arguments (``tune`` builds its trials with it)."""
     return {
         "trainer_defaults": dict(TRAINER_DEFAULTS),
+        "save_config_callback": SaveRunConfig,
         "save_config_kwargs": {"overwrite": True},
         "auto_configure_optimizers": False,
         # parse errors are raised, and printed as one line by main, instead of a usage dump

@@ -42,6 +42,32 @@ def test_seed_everything_true_draws_a_seed_for_each_run_and_records_it(tmp_path,
     assert seeds[2] == 1234
 
 
+def test_a_run_config_leaves_out_the_resumed_checkpoint_and_a_logger_version_is_not_reused(tmp_path, monkeypatch,
+                                                                                           capsys):
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--config", "pendulum.yaml", "--trainer.max_steps", "20", "--data.warmup_steps", "20",
+            "--trainer.val_check_interval", "20", "--data.eval_episodes", "1"]
+    main(["fit", *tiny])
+    main(["fit", *tiny, "--trainer.max_steps", "40", "--ckpt_path", "last"])  # resumed into version_1
+    saved = yaml.safe_load((tmp_path / "lightning_logs" / "version_1" / "config.yaml").read_text())
+    assert saved["ckpt_path"] is None and saved["trainer"]["max_steps"] == 40  # test --config it: version_1's own
+    named = [*tiny, "--trainer.logger", "TensorBoardLogger", "--trainer.logger.save_dir", ".",
+             "--trainer.logger.version", "exp1"]
+    main(["fit", *named])
+    folder = tmp_path / "lightning_logs" / "exp1"
+    before = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *named, "--model.gamma", "0.9"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and err[-1] == (
+        "error: ./lightning_logs/exp1 already holds a run (config.yaml); give another "
+        "--trainer.logger.init_args.version (or none: a new version_N), or continue that run with --ckpt_path")
+    assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before  # nothing written there
+    main(["fit", *named, "--trainer.max_steps", "40", "--ckpt_path", "last"])  # continuing it there is fine
+    assert yaml.safe_load((folder / "config.yaml").read_text())["trainer"]["max_steps"] == 40
+
+
 def test_fit_then_validate_and_test_from_checkpoint(tmp_path, cli_env):
     # `--config pendulum.yaml` from a folder without that file resolves to the bundled config
     fit = run_cli(["fit", "--config", "pendulum.yaml", *TINY[:-2]], tmp_path, cli_env)
