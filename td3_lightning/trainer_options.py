@@ -11,6 +11,8 @@ while the Trainer is built (nothing is written yet) is said in one line by :func
 
 from __future__ import annotations
 
+import datetime
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +25,8 @@ VALIDATION_METRICS = ("val/return", "val/episode_length")
 
 #: how a time is written for ``trainer.val_check_interval`` and ``trainer.max_time`` (Lightning's format)
 TIME_FORMAT = '"DD:HH:MM:SS", e.g. "00:01:00:00"'
+#: the keys of a ``trainer.max_time`` mapping (``datetime.timedelta``'s)
+TIME_UNITS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds", "microseconds")
 #: the seeds numpy (and so ``seed_everything``) takes
 SEED_RANGE = (0, 2**32 - 1)
 _DEVICES = ('trainer.devices must be a number of devices >= 1, -1 (all of them), auto, or device indices such as '
@@ -37,6 +41,15 @@ def _is_time(text: str) -> bool:
     """Whether ``text`` is a duration above zero written as DD:HH:MM:SS."""
     parts = text.strip().split(":")
     return len(parts) == 4 and all(p.isdigit() for p in parts) and any(int(p) for p in parts)
+
+
+def _is_time_mapping(mapping: Mapping[str, Any]) -> bool:
+    """Whether ``mapping`` is a duration above zero as ``datetime.timedelta``'s keyword arguments (Lightning's form)."""
+    if not mapping or any(k not in TIME_UNITS for k in mapping):
+        return False
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in mapping.values()):
+        return False
+    return datetime.timedelta(**mapping) > datetime.timedelta(0)
 
 
 def _devices_ok(devices: Any) -> bool:
@@ -62,12 +75,21 @@ def check_folder_option(option: str, path: Any) -> None:
     if str(path) == "":
         raise UserInputError(f"{option} must be a folder, got ''; leave it unset for its default")
     target = Path(path).expanduser()
+    missing = None  # the first folder on the way that does not exist yet
     for folder in (target, *target.parents):
         if folder.exists():
             if not folder.is_dir():
                 where = "is a file" if folder == target else f"lies inside {folder}, which is a file"
                 raise UserInputError(f"{option} {path} {where}; it must be a folder (an existing one or one to create)")
-            return
+            break
+        missing = folder
+    if missing is not None:  # can it be created? (made and removed again: nothing is left)
+        try:
+            missing.mkdir()
+            missing.rmdir()
+        except OSError as err:
+            raise UserInputError(f"{option} {path} cannot be created ({err.strerror}: {missing}); give a folder "
+                                 "you can write to") from None
 
 
 def check_seed(seed: Any) -> None:
@@ -114,9 +136,10 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
             f"trainer.val_check_interval counts the steps); got {every_epochs}"
         )
     max_time = trainer.get("max_time")
-    if isinstance(max_time, str) and not _is_time(max_time):
-        raise UserInputError(f"trainer.max_time must be a duration above zero, {TIME_FORMAT}, or a mapping such as "
-                             f"{{hours: 12}}; got {max_time!r}")
+    if (isinstance(max_time, str) and not _is_time(max_time)) or (isinstance(max_time, Mapping)
+                                                                  and not _is_time_mapping(max_time)):
+        raise UserInputError(f"trainer.max_time must be a duration above zero, {TIME_FORMAT}, or a mapping of "
+                             f"{', '.join(TIME_UNITS)} to whole numbers, such as {{hours: 12}}; got {max_time!r}")
     if not _devices_ok(trainer.get("devices")):
         raise UserInputError(f"{_DEVICES}; got {trainer.get('devices')!r}")
     accumulate = trainer.get("accumulate_grad_batches")

@@ -20,14 +20,14 @@ LINKED = "linked from"  # the help of options the command line sets from the env
 #: The Trainer and ModelCheckpoint options a user of this project reaches for, in this project's words
 #: (Lightning's own descriptions run to a paragraph each).
 LIGHTNING_LINES: dict[str, str] = {
-    "--trainer.max_steps": "training steps, one per env step after the warm-up (>= 1).",
+    "--trainer.max_steps": "training steps, one per env step after the warm-up (>= 1; -1: no limit).",
     "--trainer.val_check_interval": "validate every N training steps (>= 1).",
     "--trainer.max_time": "stop after this wall time too, e.g. 00:02:00:00 (DD:HH:MM:SS).",
     "--trainer.accelerator": "cpu, gpu or auto.",
     "--trainer.devices": "devices to train on; several run DDP, each rank with its own envs and buffer.",
     "--trainer.precision": "32-true (the default), bf16-mixed, 16-mixed or 64-true.",
     "--trainer.default_root_dir": "the folder that holds lightning_logs/version_N/ (default: the current folder).",
-    "--trainer.log_every_n_steps": "TensorBoard scalars every N training steps (>= 1).",
+    "--trainer.log_every_n_steps": "TensorBoard scalars every N training steps (>= 0; 0: none).",
     "--trainer.enable_model_summary": "print the networks' summary when training starts.",
     "--checkpoint.every_n_train_steps": "also checkpoint every N training steps, not only at validations (>= 0; 0 = off).",
     "--checkpoint.save_top_k": "how many best checkpoints by val/return to keep (>= -1; -1 = all).",

@@ -58,7 +58,7 @@ TRAINER_CASES = {
     "trainer.num_sanity_val_steps": ["-5", "abc"],
     "trainer.max_epochs": ["0", "-5"],
     "trainer.check_val_every_n_epoch": ["0"],
-    "trainer.max_time": ["abc", "00:00:00:00"],
+    "trainer.max_time": ["abc", "00:00:00:00", "{secs: 4}", "{hours: -1}"],
     "trainer.devices": ["0", "-2", "abc"],
     "trainer.num_nodes": ["0"],
     "trainer.accelerator": ["bogus"],
@@ -96,7 +96,7 @@ PATH_VALUES = {
     "CKPT": ["missing.ckpt", "folder", "notes.txt", "pendulum.yaml", "empty.ckpt", ""],
     "FILE": ["missing.yaml", "folder", "run.ckpt", "empty.yaml", "bad.yaml", "notes.txt"],
     "OUT": ["nofolder/out.ckpt", "notes.txt/out.ckpt", "folder", "notes.txt", "run.ckpt", ""],
-    "FOLDER": ["notes.txt", "notes.txt/sub", ""],
+    "FOLDER": ["notes.txt", "notes.txt/sub", "", "/proc/nope/run"],
     "URL": ["bogus://x", "sqlite:///nofolder/x.db", "sqlite:///notes.txt", ""],
     "NAME": [""],
 }

@@ -183,7 +183,9 @@ VAL_CHECK = ('error: trainer.val_check_interval must be a number of training ste
         (["--checkpoint.every_n_train_steps", "-1"],
          "error: checkpoint.every_n_train_steps must be >= 0 training steps (0 or null: off); got -1"),
         (["--trainer.max_time", "soon"], 'error: trainer.max_time must be a duration above zero, "DD:HH:MM:SS", e.g. '
-                                         '"00:01:00:00", or a mapping such as {hours: 12}; got \'soon\''),
+                                         '"00:01:00:00", or a mapping of weeks, days, hours, minutes, seconds, '
+                                         'milliseconds, microseconds to whole numbers, such as {hours: 12}; got '
+                                         '\'soon\''),
         # what Lightning refuses while the Trainer is built, with the option named
         (["--trainer.num_nodes", "0"], "error: Lightning refuses trainer.num_nodes 0: `num_nodes` must be a positive "
                                        "integer, but got 0."),
