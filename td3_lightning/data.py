@@ -533,9 +533,28 @@ def check_data_options(options: Mapping[str, Any]) -> None:
     if options["buffer_device"] != "auto" and not _is_device(options["buffer_device"]):
         raise UserInputError(f"data.buffer_device must be auto or a torch device such as cpu or cuda:0, "
                              f"got {options['buffer_device']!r}")
+    if options["buffer_device"] != "auto" and not _device_present(torch.device(options["buffer_device"])):
+        raise UserInputError(f"data.buffer_device {options['buffer_device']}: this machine has no such device "
+                             f"({_devices_here()}); use auto or cpu")
     if options["warmup_steps"] > options["buffer_size"]:
         raise UserInputError(f"data.warmup_steps ({options['warmup_steps']}) must not exceed data.buffer_size "
                              f"({options['buffer_size']})")
+
+
+def _device_present(device: torch.device) -> bool:
+    """Whether this machine has ``device`` (CPU always; CUDA and MPS as torch sees them)."""
+    if device.type == "cuda":
+        return torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
+    if device.type == "mps":
+        return torch.backends.mps.is_available()
+    if device.type == "xpu":
+        return hasattr(torch, "xpu") and torch.xpu.is_available()
+    return True
+
+
+def _devices_here() -> str:
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return f"{count} CUDA device{'s' if count != 1 else ''}" + (", MPS" if torch.backends.mps.is_available() else "")
 
 
 def _is_device(name: str) -> bool:
