@@ -381,6 +381,20 @@ def test_a_value_the_env_refuses_is_one_line(kwargs, error, tmp_path, monkeypatc
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, error", [
+    (["--config", "pendulum.yaml", "--data.env_kwargs.g", "abc"],
+     "error: data.env_kwargs.g 'abc': 'Pendulum-v1' takes a number there (default 10.0); fix it"),
+    (["--config", "car.yaml", "--data.train_env_kwargs.off_road_penalty", "abc"],
+     "error: data.train_env_kwargs.off_road_penalty 'abc': 'CarRacingState-v0' takes a number there (default 0.0); "
+     "fix it"),
+])
+def test_an_env_keyword_of_another_kind_than_its_default_is_one_line(args, error, tmp_path, monkeypatch, capsys):
+    """Pendulum takes any g and fails at its first step; the car env's float('abc') names no keyword."""
+    monkeypatch.chdir(tmp_path)
+    assert _error_line(["fit", *args], capsys) == error
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_misspelt_env_keyword_is_told_the_closest_one(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     err = _error_line(["fit", "--config", "car.yaml", "--data.env_kwargs.aid_feature", "true"], capsys)

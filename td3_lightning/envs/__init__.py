@@ -37,7 +37,7 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
         # off-screen drawing: pygame needs no display (and stops printing display errors without one)
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
-        return gym.make(env_id, **kwargs)
+        env = gym.make(env_id, **kwargs)
     except (ImportError, gym.error.DependencyNotInstalled) as err:  # before gym.error.Error, its base class
         raise UserInputError(f"environment '{env_id}' needs a package that is not installed: {err}") from None
     except gym.error.Error as err:  # NameNotFound, VersionNotFound, NamespaceNotFound, ...
@@ -58,9 +58,37 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
     except ValueError as err:  # the env's own check of a value given here; any other is the env's own failure
         named = [key for key in env_kwargs or {} if key in str(err)]
         if not named:
+            _check_kinds(env_id, env_kwargs or {}, option)  # e.g. float('abc') of a value given as text
             raise
         given = ", ".join(f"{option}.{key} {kwargs[key]!r}" for key in named)
         raise UserInputError(f"{given}: a value that '{env_id}' refuses: {err}; fix it") from None
+    try:  # a value the env took without a check, of another kind than its default, fails later (or never)
+        _check_kinds(env_id, env_kwargs or {}, option)
+    except UserInputError:
+        env.close()
+        raise
+    return env
+
+
+def _kind(value: Any) -> str | None:
+    """``number``, ``true or false`` or ``text`` for a default of that kind (None: any other)."""
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "text" if isinstance(value, str) else None
+
+
+def _check_kinds(env_id: str, env_kwargs: dict[str, Any], option: str) -> None:
+    """One line for a keyword argument of another kind than its default (text for a number, a number for a switch):
+    the env would fail with a traceback at its first step, or not at all."""
+    defaults = keyword_defaults(env_id) if env_kwargs else {}
+    for key, value in env_kwargs.items():
+        kind = _kind(defaults.get(key))
+        if kind is None or value is None or _kind(value) == kind:
+            continue
+        raise UserInputError(f"{option}.{key} {value!r}: '{env_id}' takes {kind} there (default "
+                             f"{defaults[key]!r}); fix it")
 
 
 #: gymnasium.make's own keyword arguments (not the env constructor's)
