@@ -395,6 +395,18 @@ def test_an_env_keyword_of_another_kind_than_its_default_is_one_line(args, error
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_window_without_a_display_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    err = _error_line(["fit", "--config", "pendulum.yaml", "--data.env_kwargs", "{render_mode: human}"], capsys)
+    assert err == ("error: data.env_kwargs.render_mode human opens a window, and this machine has no display "
+                   "(DISPLAY is unset); leave render_mode unset, or record videos with data.record_val / "
+                   "data.record_test")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_misspelt_env_keyword_is_told_the_closest_one(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     err = _error_line(["fit", "--config", "car.yaml", "--data.env_kwargs.aid_feature", "true"], capsys)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,11 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
     kwargs = dict(env_kwargs or {})
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
+    if kwargs.get("render_mode") == "human" and sys.platform.startswith("linux") and not (
+            os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise UserInputError(f"{option}.render_mode human opens a window, and this machine has no display (DISPLAY "
+                             "is unset); leave render_mode unset, or record videos with data.record_val / "
+                             "data.record_test")
     if kwargs.get("render_mode") == "rgb_array":
         # off-screen drawing: pygame needs no display (and stops printing display errors without one)
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
