@@ -274,6 +274,7 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
         "obs_shape": tuple(obs_shape) if obs_shape is not None else None,
         "env": env or tuple(ckpt[CHECKPOINT_KEY].get("env") or (None, None)),  # a slim one keeps it in its section
         "model": dict(hp),
+        "global_step": int(ckpt.get("global_step") or 0),
         "privileged": bool(hp.get("critic_obs_shape")) if "critic_obs_shape" in hp else None,  # None: not said
         "critic_obs_shape": tuple(hp["critic_obs_shape"]) if hp.get("critic_obs_shape") is not None else None,
         "action_shape": (len(low),) if low is not None else None,

@@ -104,9 +104,21 @@ def _said_unasked(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(UNASKED_LINES)
 
 
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_format_warning = warnings.formatwarning
+
+
+def _said_as_warning(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+    """This package's own warnings as ``warning: <text>`` lines, without its source file and line; others as usual."""
+    if str(Path(filename).resolve()).startswith(_PACKAGE_DIR) and issubclass(category, UserWarning):
+        return f"warning: {message}\n"
+    return _format_warning(message, category, filename, lineno, line)
+
+
 def ignore_expected_warnings() -> None:
     """Hide :data:`EXPECTED_WARNINGS` and :data:`UNASKED_LINES` in this process (what every subcommand
-    does first)."""
+    does first), and say this package's warnings as ``warning:`` lines."""
+    warnings.formatwarning = _said_as_warning
     for message in EXPECTED_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
     for name in RANK_ZERO_LOGS:
@@ -225,6 +237,11 @@ class TD3CLI(LightningCLIHooks):
             self._refuse_replaced_options(subcommand, ckpt, given)
         if mode is not None:
             self.config[subcommand]["model"]["compile_mode"] = mode
+        max_steps = (self.config[subcommand].get("trainer") or {}).get("max_steps") if subcommand == "fit" else None
+        done = (self._ckpt_facts or {}).get("global_step", 0)
+        if max_steps is not None and max_steps != -1 and done >= max_steps:
+            self._warnings += (f"the checkpoint ({ckpt}) is at training step {done}, at or past trainer.max_steps "
+                               f"{max_steps}: nothing is left to train; raise --trainer.max_steps to train on",)
         saved = list(self.config[subcommand]["model"].get("reset_steps") or []) if subcommand else []
         if resets and saved != list(resets):
             self.config[subcommand]["model"]["reset_steps"] = list(resets)

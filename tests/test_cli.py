@@ -68,6 +68,22 @@ def test_a_run_config_leaves_out_the_resumed_checkpoint_and_a_logger_version_is_
     assert yaml.safe_load((folder / "config.yaml").read_text())["trainer"]["max_steps"] == 40
 
 
+def test_a_resume_with_nothing_left_to_train_says_so_and_warnings_are_warning_lines(tmp_path, monkeypatch):
+    from td3_lightning import cli
+
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.val_check_interval", "20",
+            "--data.eval_episodes", "1"]
+    main(["fit", *tiny, "--trainer.max_steps", "40"])
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    with pytest.warns(UserWarning) as caught:
+        main(["fit", *tiny, "--trainer.max_steps", "20", "--ckpt_path", "last"])
+    assert f"the checkpoint ({last}) is at training step 40, at or past trainer.max_steps 20: nothing is left to " \
+           "train; raise --trainer.max_steps to train on" in [str(w.message) for w in caught]
+    assert cli._said_as_warning("too late", UserWarning, cli.__file__, 7) == "warning: too late\n"
+    assert cli._said_as_warning("theirs", UserWarning, "/elsewhere/lib.py", 7).startswith("/elsewhere/lib.py:7: ")
+
+
 def test_fit_then_validate_and_test_from_checkpoint(tmp_path, cli_env):
     # `--config pendulum.yaml` from a folder without that file resolves to the bundled config
     fit = run_cli(["fit", "--config", "pendulum.yaml", *TINY[:-2]], tmp_path, cli_env)
