@@ -476,7 +476,15 @@ def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
     if unknown:
         group, key = unknown.groups()
         key = key if "." in key or group in ("fit", "validate", "test", "predict") else f"{group}.{key}"
-        return f"unknown key {key} in the configuration{did_you_mean(key, keys)}; --help lists the options"
+        head, _, rest = key.partition(".")
+        if head in ("fit", "validate", "test") and rest:  # a section of one subcommand in that subcommand's file
+            return (f"unknown key {key} in the configuration: the file of a `{group}` run holds its options at the "
+                    f"top level (trainer:, model:, ...); remove the `{head}:` level, or give the file before the "
+                    f"subcommand (--config FILE {head})")
+        grouped = [k for k in keys if "." not in key and k.rsplit(".", 1)[-1] == key]  # `gamma:` for `model: gamma:`
+        hint = did_you_mean(key, keys) or (f" (did you mean {grouped[0]}? each option is under its group)"
+                                           if grouped else "")
+        return f"unknown key {key} in the configuration{hint}; --help lists the options"
     keyed = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
     if keyed:
         key, rest = keyed.group(1), keyed.group(2)
@@ -564,6 +572,7 @@ def cli_kwargs() -> dict[str, Any]:
     """What :func:`main` gives :class:`TD3CLI` besides the arguments (``tune`` builds its trials with it)."""
     return {
         "trainer_defaults": dict(TRAINER_DEFAULTS),
+        "seed_everything_default": 0,  # a run without a seed is seed 0 (true draws one)
         "save_config_callback": SaveRunConfig,
         "save_config_kwargs": {"overwrite": True},
         "auto_configure_optimizers": False,

@@ -142,9 +142,16 @@ def test_bad_checkpoint_one_line_nothing_written(
         ([], {"trainer": {"max_stepz": 10}},
          "error: unknown key trainer.max_stepz in the configuration (did you mean trainer.max_steps?); "
          "--help lists the options"),
+        ([], {"gamma": 0.9}, "error: unknown key gamma in the configuration (did you mean model.gamma? each option "
+                             "is under its group); --help lists the options"),
+        ([], {"fit": {"trainer": {"max_steps": 10}}},
+         "error: unknown key fit.trainer.max_steps in the configuration: the file of a `fit` run holds its options "
+         "at the top level (trainer:, model:, ...); remove the `fit:` level, or give the file before the subcommand "
+         "(--config FILE fit)"),
     ],
     ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "wrong-union", "config-unknown-key",
-         "config-wrong-type", "config-unknown-trainer-key"],
+         "config-wrong-type", "config-unknown-trainer-key", "config-option-outside-its-group",
+         "config-subcommand-level"],
 )
 def test_bad_option_or_config_one_line(args, config, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
