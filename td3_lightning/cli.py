@@ -471,7 +471,12 @@ def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
     if first.startswith("unrecognized arguments:"):
         names = [a.split("=", 1)[0] for a in first.split(":", 1)[1].split() if a.startswith("-")]
         name = names[0] if names else first.split(":", 1)[1].strip()
-        return f"unknown option {name}{did_you_mean(name, options)}; --help lists the options"
+        bare = name.lstrip("-")
+        grouped = [o for o in options if "." not in bare and o.rsplit(".", 1)[-1] == bare]  # --gamma: --model.gamma
+        started = [o for o in options if o.startswith(name)]  # --seed: --seed_everything
+        near = list(dict.fromkeys([*started, *grouped]))
+        hint = did_you_mean(name, options) or (f" (did you mean {' or '.join(near)}?)" if 1 <= len(near) <= 2 else "")
+        return f"unknown option {name}{hint}; --help lists the options"
     unknown = re.match(r"(?:Group|Subcommand) '([^']*)' does not accept option '([^']*)'", first)
     if unknown:
         group, key = unknown.groups()
@@ -577,7 +582,8 @@ def cli_kwargs() -> dict[str, Any]:
         "save_config_kwargs": {"overwrite": True},
         "auto_configure_optimizers": False,
         # parse errors are raised, and printed as one line by main, instead of a usage dump
-        "parser_kwargs": {"prog": commands.PROG, "exit_on_error": False, "description": DESCRIPTION},
+        "parser_kwargs": {"prog": commands.PROG, "exit_on_error": False, "description": DESCRIPTION,
+                          "allow_abbrev": False},  # --trainer.max_step is a typo, not --trainer.max_steps
     }
 
 

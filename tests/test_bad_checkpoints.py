@@ -142,6 +142,12 @@ def test_bad_checkpoint_one_line_nothing_written(
         ([], {"trainer": {"max_stepz": 10}},
          "error: unknown key trainer.max_stepz in the configuration (did you mean trainer.max_steps?); "
          "--help lists the options"),
+        (["--trainer.max_step", "300"], None,
+         "error: unknown option --trainer.max_step (did you mean --trainer.max_steps?); --help lists the options"),
+        (["--gamma", "0.9"], None, "error: unknown option --gamma (did you mean --model.gamma?); --help lists the "
+                                   "options"),
+        (["--seed", "3"], None, "error: unknown option --seed (did you mean --seed_everything or --selection.seed?); "
+                                "--help lists the options"),
         ([], {"gamma": 0.9}, "error: unknown key gamma in the configuration (did you mean model.gamma? each option "
                              "is under its group); --help lists the options"),
         ([], {"fit": {"trainer": {"max_steps": 10}}},
@@ -150,7 +156,8 @@ def test_bad_checkpoint_one_line_nothing_written(
          "(--config FILE fit)"),
     ],
     ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "wrong-union", "config-unknown-key",
-         "config-wrong-type", "config-unknown-trainer-key", "config-option-outside-its-group",
+         "config-wrong-type", "config-unknown-trainer-key", "a-prefix-is-not-the-option", "option-outside-its-group",
+         "option-a-prefix-of-others", "config-option-outside-its-group",
          "config-subcommand-level"],
 )
 def test_bad_option_or_config_one_line(args, config, message, tmp_path, monkeypatch, capsys):
