@@ -251,7 +251,10 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
                     raise
                 ckpt = torch.load(path, map_location="cpu", weights_only=True)  # the pre-zip torch format
     except Exception as err:
-        if not zipfile.is_zipfile(path):
+        if not zipfile.is_zipfile(path) and str(path).lower().endswith(".onnx"):
+            reason = "it is an ONNX model (an exported actor?), not a td3_lightning checkpoint: give the .ckpt it was " \
+                     "exported from"
+        elif not zipfile.is_zipfile(path):
             reason = "the file is truncated or corrupt, or not a PyTorch checkpoint"
         elif "TorchScript" in str(err):  # torch.load refuses a torch.jit archive: an export of ours, likely
             reason = ("it is a TorchScript archive (an exported actor?), not a td3_lightning checkpoint: give the "

@@ -63,6 +63,15 @@ def test_torchscript_actor_gives_the_module_actions(pendulum_ckpt, tmp_path):
                                "a td3_lightning checkpoint: give the .ckpt it was exported from")
 
 
+def test_an_onnx_file_given_as_a_checkpoint_is_said_as_such(tmp_path):
+    path = tmp_path / "actor.onnx"
+    path.write_bytes(b"\x08\x08\x12\x07pytorch")  # an ONNX model's first bytes (a protobuf, not a zip)
+    with pytest.raises(UserInputError) as info:
+        inspect_checkpoint(str(path))
+    assert str(info.value) == (f"cannot read checkpoint {path}: it is an ONNX model (an exported actor?), not a "
+                               "td3_lightning checkpoint: give the .ckpt it was exported from")
+
+
 def test_onnx_actor_gives_the_module_actions_at_any_batch_size(pendulum_ckpt, tmp_path, capsys):
     ort = pytest.importorskip("onnxruntime")
     out = tmp_path / "actor.onnx"
