@@ -47,6 +47,13 @@ CKPT_PATH: dict[str, str] = {
     "test": "the policy to play: best (default: the newest best or selected checkpoint), last, or a checkpoint file.",
 }
 
+#: what validate and test read besides the checkpoint, whose model options they play
+PLAYING_OPTIONS = ("--data.env_id", "--data.env_kwargs", "--data.eval_episodes", "--data.eval_seed",
+                   "--data.test_episodes", "--data.test_seed", "--data.record_val", "--data.record_test",
+                   "--data.video_format", "--data.frame_stack", "--trainer.accelerator", "--trainer.devices",
+                   "--trainer.precision", "--trainer.default_root_dir")
+PLAYING_MODEL = "read from the checkpoint, which is played as it was trained (fit --help lists them)."
+
 #: option groups shown in full, with their headings
 GROUPS: dict[str, str] = {
     "--model.": "TD3 (--model.*; docs/options.md has the why of each)",
@@ -76,13 +83,18 @@ def build_short_help(subcommand: str) -> str:
     lines: list[tuple[str, str]] = [("--ckpt_path", CKPT_PATH[subcommand])]
     lines += [(name, text) for name, text in GENERAL_LINES.items()]
     sections: list[tuple[str, list[tuple[str, str]]]] = [("options", lines)]
+    playing = subcommand != "fit"  # validate, test: a checkpoint played, nothing trained
+    if playing:
+        sections.append(("the model", [("--model.*", PLAYING_MODEL)]))
     for prefix, heading in GROUPS.items():
         group = [(name, f"{_one_line(help_text)} (default: {_default_text(defaults.get(name[2:]))})")
                  for name, help_text in options.items()
-                 if name.startswith(prefix) and not name.endswith("+") and LINKED not in help_text]
-        sections.append((heading, group))
+                 if name.startswith(prefix) and not name.endswith("+") and LINKED not in help_text
+                 and (not playing or name in PLAYING_OPTIONS)]
+        if group:
+            sections.append((heading, group))
     lightning = [(name, text if defaults.get(name[2:]) is None else f"{text} (default: {_default_text(defaults.get(name[2:]))})")
-                 for name, text in LIGHTNING_LINES.items()]
+                 for name, text in LIGHTNING_LINES.items() if not playing or name in PLAYING_OPTIONS]
     sections.append(("Lightning's Trainer and ModelCheckpoint, the options used most", lightning))
     width = max(len(name) for _, group in sections for name, _ in group)
     out = [f"usage: {PROG} {subcommand} [--config <yaml>] [--ckpt_path <ckpt>] [--<group>.<option> <value> ...]",

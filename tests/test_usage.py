@@ -42,6 +42,15 @@ def test_every_project_option_has_one_line_and_lightning_only_the_chosen(parser_
     assert HELP["fit"].index("--model.hidden_dims") < HELP["fit"].index("--trainer.max_steps")
 
 
+@pytest.mark.parametrize("subcommand", ["validate", "test"])
+def test_the_help_of_playing_a_checkpoint_lists_what_it_reads(subcommand):
+    lines = {line.split()[0]: line for line in HELP[subcommand].splitlines() if line.startswith("  --")}
+    assert sorted(o for o in lines if o.startswith(("--data.", "--trainer."))) == sorted(short.PLAYING_OPTIONS)
+    assert lines["--model.*"].endswith("read from the checkpoint, which is played as it was trained (fit --help "
+                                       "lists them).")
+    assert "--model.gamma" not in lines and "--data.buffer_size" not in lines and "--selection.episodes" not in lines
+
+
 def test_help_prints_the_short_help_without_importing_torch(tmp_path):
     code = ("import sys\nfrom td3_lightning.__main__ import main\n"
             "try:\n    main(['fit', '--help'])\nexcept SystemExit as e:\n"
