@@ -75,9 +75,10 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
     folders = [ROOT / name / f"seed{seed}" for seed in seeds]
     kept = [summary_path(name, f) for f in folders if seed_state(f) == "new" and summary_path(name, f).exists()]
     if kept and not overwrite:
-        raise SystemExit(f"error: {', '.join(map(str, kept))} already summarise{'s' if len(kept) == 1 else ''} a run "
-                         f"of {name}; a new run would replace {'it' if len(kept) == 1 else 'them'}: give other "
-                         "--seeds, another --name, or --overwrite")
+        print(f"error: {', '.join(map(str, kept))} already summarise{'s' if len(kept) == 1 else ''} a run of {name}; "
+              f"a new run would replace {'it' if len(kept) == 1 else 'them'}: give other --seeds, another --name, or "
+              "--overwrite", file=sys.stderr)
+        sys.exit(2)
     for seed in seeds:
         folder = ROOT / name / f"seed{seed}"
         state = seed_state(folder)
@@ -91,6 +92,10 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
         for command in ("fit", "test"):  # the test's checkpoint is the one the fit has written
             more = [*resume, *extra] if command == "fit" else ["--ckpt_path", str(latest_last_ckpt(folder))]
             returncode = subprocess.run([*base, command, *common, *more]).returncode
+            if returncode < 0:  # killed by a signal: say which, the run goes on from its last.ckpt when run again
+                print(f"error: {name} seed {seed}: {command} was killed by signal {-returncode}; run the same "
+                      "command again to continue it", file=sys.stderr)
+                sys.exit(1)
             if returncode:  # the command said why (an `error:` line, exit 2, or its traceback)
                 sys.exit(returncode)
         path = save_summary(name, folder, ["--config", config, *extra])

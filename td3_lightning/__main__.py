@@ -17,9 +17,11 @@ def main(args: list[str] | None = None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
     answer_early(argv)  # cli.main calls it again, for callers that start there
     if argv[:1] == ["tune"]:
+        from td3_lightning.cli import warning_lines
         from td3_lightning.tune import main as tune_main
 
-        tune_main(argv[1:])
+        with warning_lines():
+            tune_main(argv[1:])
         return
     if argv[:1] == ["export"]:  # its own small parser: Lightning is imported only to read a checkpoint
         from td3_lightning.export import main as export_main

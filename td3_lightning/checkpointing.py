@@ -252,8 +252,8 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
                 ckpt = torch.load(path, map_location="cpu", weights_only=True)  # the pre-zip torch format
     except Exception as err:
         if not zipfile.is_zipfile(path) and str(path).lower().endswith(".onnx"):
-            reason = "it is an ONNX model (an exported actor?), not a td3_lightning checkpoint: give the .ckpt it was " \
-                     "exported from"
+            reason = ("it is an ONNX model (an exported actor?), not a td3_lightning checkpoint: give the .ckpt it "
+                      "was exported from")
         elif not zipfile.is_zipfile(path):
             reason = "the file is truncated or corrupt, or not a PyTorch checkpoint"
         elif "TorchScript" in str(err):  # torch.load refuses a torch.jit archive: an export of ours, likely

@@ -9,12 +9,14 @@ checkpoints) printed as one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import random
 import re
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ import yaml
 from lightning.pytorch import Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
@@ -41,7 +43,7 @@ from td3_lightning.checkpointing import (
     selected_checkpoint,
     with_atomic_checkpoint_io,
 )
-from td3_lightning.data import ReplayDataModule, check_data_options
+from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
 from td3_lightning.envs import env_overrides, make_env, trained_on
 from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
 from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
@@ -104,21 +106,30 @@ def _said_unasked(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(UNASKED_LINES)
 
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_PACKAGE_DIR = Path(__file__).resolve().parent
 _format_warning = warnings.formatwarning
 
 
 def _said_as_warning(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
     """This package's own warnings as ``warning: <text>`` lines, without its source file and line; others as usual."""
-    if str(Path(filename).resolve()).startswith(_PACKAGE_DIR) and issubclass(category, UserWarning):
+    if Path(filename).resolve().is_relative_to(_PACKAGE_DIR) and issubclass(category, UserWarning):
         return f"warning: {message}\n"
     return _format_warning(message, category, filename, lineno, line)
 
 
+@contextlib.contextmanager
+def warning_lines() -> Iterator[None]:
+    """This package's warnings as ``warning:`` lines while a command runs (the format is put back after it)."""
+    previous, warnings.formatwarning = warnings.formatwarning, _said_as_warning
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous
+
+
 def ignore_expected_warnings() -> None:
     """Hide :data:`EXPECTED_WARNINGS` and :data:`UNASKED_LINES` in this process (what every subcommand
-    does first), and say this package's warnings as ``warning:`` lines."""
-    warnings.formatwarning = _said_as_warning
+    does first)."""
     for message in EXPECTED_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
     for name in RANK_ZERO_LOGS:
@@ -133,24 +144,34 @@ _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")
 _LIGHTNING_CKPT_NAMES = ("hpc", "registry")
 
 
+def _launched_apart(trainer: Any) -> bool:
+    """Whether this run's processes were started apart from each other (each parses the command line itself)."""
+    world = max(int(os.environ.get(k, "1") or 1) for k in ("WORLD_SIZE", "SLURM_NTASKS"))
+    return world > 1 or int(trainer.get("num_nodes") or 1) > 1
+
+
 class SaveRunConfig(SaveConfigCallback):
-    """Lightning's ``config.yaml`` of a run without the checkpoint a fit resumed from (so that ``test --config
-    <run>/config.yaml`` plays that run's checkpoints)."""
+    """Lightning's ``config.yaml`` of a run, written neither over a ``--config`` file nor into another run's folder."""
 
     def __init__(self, parser: LightningArgumentParser, config: Any, **kwargs: Any) -> None:
-        self.resumed = bool(config.get("ckpt_path"))
-        config = config.clone()
-        if "ckpt_path" in config:
-            config["ckpt_path"] = None
+        self.resumed_from = config.get("ckpt_path")
         super().__init__(parser, config, **kwargs)
 
-    def check_run_folder(self, trainer: Trainer) -> None:
-        """A new fit with a logger refuses a log folder that holds another run's config (a logger version given
-        twice); a resumed one, or a SLURM job requeued into its job's version, continues there."""
-        if self.resumed or trainer.logger is None or SLURMEnvironment.job_id() is not None:
-            return
+    def check_run_folder(self, trainer: Trainer, config_files: list[str], fit: bool) -> None:
+        """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), and a
+        new fit refuses a TensorBoard or CSV log folder that holds another run (a logger version given twice); a
+        resumed fit, or a SLURM job requeued into its job's version, continues there."""
         log_dir = trainer.log_dir
-        if log_dir is not None and Path(log_dir, self.config_filename).is_file():
+        if log_dir is None:
+            return
+        target = Path(log_dir, self.config_filename)
+        if target.is_file() and target.resolve() in {Path(f).resolve() for f in config_files}:
+            raise UserInputError(f"the run would write its {self.config_filename} over --config {target}; give "
+                                 "another --trainer.default_root_dir, or keep your config file elsewhere")
+        if not fit or self.resumed_from or not isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)) \
+                or SLURMEnvironment.job_id() is not None:
+            return
+        if target.is_file():
             raise UserInputError(
                 f"{log_dir} already holds a run ({self.config_filename}); give another "
                 "--trainer.logger.init_args.version (or none: a new version_N), or continue that run with --ckpt_path")
@@ -171,6 +192,7 @@ class TD3CLI(LightningCLIHooks):
     _ckpt_facts: dict[str, Any] | None = None
     _notes: tuple[str, ...] = ()  # said once the input has passed every check
     _given_model_options: tuple[str, ...] = ()  # the --model.* options on the command line
+    _ckpt_on_command_line = False  # --ckpt_path given on the command line (not only in a --config file)
     _checkpoint_line: str = ""  # which file --ckpt_path last|best chose
     _warnings: tuple[str, ...] = ()  # warned of once the input has passed every check
     _seeded = False  # set_seed ran ("Seed set to N" is said when the Trainer is built)
@@ -202,6 +224,7 @@ class TD3CLI(LightningCLIHooks):
         check_options(self.config[subcommand] if subcommand else self.config, fit=subcommand in ("fit", None))
         argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
         self._given_model_options = given_model_options(argv)
+        self._ckpt_on_command_line = any(a == "--ckpt_path" or a.startswith("--ckpt_path=") for a in argv)
 
     # ------------------------------------------------------------- the checkpoint, before anything is built
     def read_checkpoint_hparams(self, read: Any) -> None:
@@ -219,6 +242,10 @@ class TD3CLI(LightningCLIHooks):
                 which = given or f"best, the default of {subcommand}"
                 which += f", chosen in {SELECTION_FILE}" if chosen else ""
                 self._checkpoint_line = f"checkpoint: {ckpt} (--ckpt_path {which})"  # said once the input passed
+            elif ckpt is not None and subcommand in ("validate", "test") and not self._ckpt_on_command_line:
+                # from a config file: a fit's config.yaml names the checkpoint that fit resumed from
+                self._checkpoint_line = (f"checkpoint: {ckpt} (the ckpt_path of the --config file; give --ckpt_path "
+                                         "best, last or a file to play another)")
             if ckpt is not None and not _lightning_resolves(ckpt):
                 self._ckpt_facts = check_checkpoint(ckpt)
         # the checkpoint's hyperparameters replace the configured ones, except resets asked for now (resuming a
@@ -365,6 +392,9 @@ class TD3CLI(LightningCLIHooks):
         config = self.config[self.subcommand] if self.subcommand else self.config
         if config.get("seed_everything") is True:
             inherited = os.environ.get("PL_GLOBAL_SEED") if os.environ.get("LOCAL_RANK") else None
+            if not inherited and _launched_apart(config.get("trainer") or {}):
+                raise UserInputError("seed_everything true would draw a seed in each process of this run (launched "
+                                     "by torchrun, SLURM or on several nodes); give a number, e.g. --seed_everything 7")
             config["seed_everything"] = int(inherited) if inherited else random.SystemRandom().randint(*SEED_RANGE)
         # "Seed set to N" is said once the input has passed every check (instantiate_trainer),
         # so that bad input prints its error line alone
@@ -391,10 +421,11 @@ class TD3CLI(LightningCLIHooks):
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments
             raise lightning_refusal(err, "trainer", _as_dict(config)) from None
-        if self.subcommand in ("fit", None):
-            for callback in trainer.callbacks:
-                if isinstance(callback, SaveRunConfig):
-                    callback.check_run_folder(trainer)
+        for callback in trainer.callbacks:
+            if isinstance(callback, SaveRunConfig):
+                section = self.config[self.subcommand] if self.subcommand else self.config
+                files = [str(f) for f in section.get("config") or [] if f is not None]
+                callback.check_run_folder(trainer, files, fit=self.subcommand in ("fit", None))
         if self._checkpoint_line:
             rank_zero_info(self._checkpoint_line)
         for warning in self._warnings:
@@ -442,6 +473,8 @@ def check_options(config: Any, fit: bool = True) -> None:
     for group, check in OPTION_CHECKS.items():
         if config.get(group) is not None:
             check(_as_dict(config[group]))
+    if fit and config.get("data") is not None:  # what only training builds
+        check_buffer_device(_as_dict(config["data"]))
     trainer, checkpoint = _as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {})
     check_trainer_options(trainer, checkpoint)
     if config.get("selection") is not None:  # fit: also whether there are checkpoints to choose among
@@ -483,12 +516,13 @@ def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
         key = key if "." in key or group in ("fit", "validate", "test", "predict") else f"{group}.{key}"
         head, _, rest = key.partition(".")
         if head in ("fit", "validate", "test") and rest:  # a section of one subcommand in that subcommand's file
+            before = (f", or give the file before the subcommand (--config FILE {head})" if head == group
+                      else f" (a `{head}:` section is read by {head} only)")
             return (f"unknown key {key} in the configuration: the file of a `{group}` run holds its options at the "
-                    f"top level (trainer:, model:, ...); remove the `{head}:` level, or give the file before the "
-                    f"subcommand (--config FILE {head})")
+                    f"top level (trainer:, model:, ...); remove the `{head}:` level{before}")
         grouped = [k for k in keys if "." not in key and k.rsplit(".", 1)[-1] == key]  # `gamma:` for `model: gamma:`
-        hint = did_you_mean(key, keys) or (f" (did you mean {grouped[0]}? each option is under its group)"
-                                           if grouped else "")
+        hint = did_you_mean(key, keys) or (f" (did you mean {' or '.join(grouped)}? each option is under its group)"
+                                           if 1 <= len(grouped) <= 3 else "")
         return f"unknown key {key} in the configuration{hint}; --help lists the options"
     keyed = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
     if keyed:
@@ -619,6 +653,11 @@ def _end_process_group() -> None:
 def main(args: list[str] | None = None) -> None:
     """The command line for ``fit``, ``validate``, ``test`` and ``export`` (``python -m td3_lightning``,
     i.e. :func:`td3_lightning.__main__.main`, adds ``tune``)."""
+    with warning_lines():
+        _main(args)
+
+
+def _main(args: list[str] | None) -> None:
     ignore_expected_warnings()
     argv = commands.answer_early(sys.argv[1:] if args is None else list(args))
     if argv[0] == "export":  # not a Trainer entry point: its own small parser

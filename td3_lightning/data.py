@@ -533,12 +533,17 @@ def check_data_options(options: Mapping[str, Any]) -> None:
     if options["buffer_device"] != "auto" and not _is_device(options["buffer_device"]):
         raise UserInputError(f"data.buffer_device must be auto or a torch device such as cpu or cuda:0, "
                              f"got {options['buffer_device']!r}")
-    if options["buffer_device"] != "auto" and not _device_present(torch.device(options["buffer_device"])):
-        raise UserInputError(f"data.buffer_device {options['buffer_device']}: this machine has no such device "
-                             f"({_devices_here()}); use auto or cpu")
     if options["warmup_steps"] > options["buffer_size"]:
         raise UserInputError(f"data.warmup_steps ({options['warmup_steps']}) must not exceed data.buffer_size "
                              f"({options['buffer_size']})")
+
+
+def check_buffer_device(options: dict[str, Any]) -> None:
+    """``data.buffer_device`` names a device this machine has (checked for fit, which builds the buffer)."""
+    device = options.get("buffer_device", "auto")
+    if device != "auto" and _is_device(device) and not _device_present(torch.device(device)):
+        raise UserInputError(f"data.buffer_device {device}: this machine has no such device ({_devices_here()}); "
+                             "use auto or cpu")
 
 
 def _device_present(device: torch.device) -> bool:

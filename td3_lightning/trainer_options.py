@@ -49,7 +49,10 @@ def _is_time_mapping(mapping: Mapping[str, Any]) -> bool:
         return False
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in mapping.values()):
         return False
-    return datetime.timedelta(**mapping) > datetime.timedelta(0)
+    try:
+        return datetime.timedelta(**mapping) > datetime.timedelta(0)
+    except OverflowError:  # beyond timedelta's range
+        return False
 
 
 def _devices_ok(devices: Any) -> bool:
@@ -86,10 +89,15 @@ def check_folder_option(option: str, path: Any) -> None:
     if missing is not None:  # can it be created? (made and removed again: nothing is left)
         try:
             missing.mkdir()
-            missing.rmdir()
+        except FileExistsError:  # another process of this run made it just now
+            return
         except OSError as err:
             raise UserInputError(f"{option} {path} cannot be created ({err.strerror}: {missing}); give a folder "
                                  "you can write to") from None
+        try:
+            missing.rmdir()
+        except OSError:  # another process of this run writes into it already
+            pass
 
 
 def check_seed(seed: Any) -> None:

@@ -24,7 +24,7 @@ LIGHTNING_LINES: dict[str, str] = {
     "--trainer.val_check_interval": "validate every N training steps (>= 1).",
     "--trainer.max_time": "stop after this wall time too, e.g. 00:02:00:00 (DD:HH:MM:SS).",
     "--trainer.accelerator": "cpu, gpu or auto.",
-    "--trainer.devices": "devices to train on; several run DDP, each rank with its own envs and buffer.",
+    "--trainer.devices": "devices to run on; several run DDP, each rank with its own envs and buffer.",
     "--trainer.precision": "32-true (the default), bf16-mixed, 16-mixed or 64-true.",
     "--trainer.default_root_dir": "the folder that holds lightning_logs/version_N/ (default: the current folder).",
     "--trainer.log_every_n_steps": "TensorBoard scalars every N training steps (>= 0; 0: none).",
@@ -50,9 +50,10 @@ CKPT_PATH: dict[str, str] = {
 #: what validate and test read besides the checkpoint, whose model options they play
 PLAYING_OPTIONS = ("--data.env_id", "--data.env_kwargs", "--data.eval_episodes", "--data.eval_seed",
                    "--data.test_episodes", "--data.test_seed", "--data.record_val", "--data.record_test",
-                   "--data.video_format", "--data.frame_stack", "--trainer.accelerator", "--trainer.devices",
-                   "--trainer.precision", "--trainer.default_root_dir")
-PLAYING_MODEL = "read from the checkpoint, which is played as it was trained (fit --help lists them)."
+                   "--data.video_format", "--data.frame_stack", "--data.privileged_critic", "--trainer.accelerator",
+                   "--trainer.devices", "--trainer.precision", "--trainer.default_root_dir")
+PLAYING_MODEL = ("read from the checkpoint, which is played as it was trained (but compile_mode and "
+                 "flush_denormal; fit --help lists them).")
 
 #: option groups shown in full, with their headings
 GROUPS: dict[str, str] = {

@@ -409,6 +409,13 @@ def test_an_env_keyword_of_another_kind_than_its_default_is_one_line(args, error
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_env_keyword_annotated_with_several_types_takes_each():
+    from td3_lightning.envs import make_env
+
+    pytest.importorskip("mujoco")
+    make_env("Ant-v5", {"main_body": "torso"}).close()  # Union[int, str] = 1: text is fine
+
+
 def test_a_window_without_a_display_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DISPLAY", raising=False)

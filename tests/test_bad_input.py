@@ -44,7 +44,8 @@ RANGE_NOT_IN_HELP = {
 #: Options that take text: values they refuse (from a fixed set, a file name of the wrong form, an unknown env).
 CHOICES = {
     "model.encoder": ["bogus"], "model.compile_mode": ["bogus"], "data.vector_mode": ["bogus"],
-    "data.video_format": ["avi"], "data.buffer_device": ["bogus", "cuda:99"], "data.sampler": ["bogus"], "model.actor_q": ["min"],
+    "data.video_format": ["avi"], "data.buffer_device": ["bogus", "cuda:99"], "data.sampler": ["bogus"],
+    "model.actor_q": ["min"],
     "data.env_id": ["NoSuchEnv-v9"], "learning_curve.filename": ["sub/curve.png", "curve.txt"],
     "model.teacher": ["missing.ckpt"],  # Pendulum has no privileged observation for a teacher to read
 }

@@ -36,21 +36,29 @@ def test_seed_everything_true_draws_a_seed_for_each_run_and_records_it(tmp_path,
     monkeypatch.setenv("LOCAL_RANK", "1")  # a DDP rank that rank 0 started: rank 0's seed
     monkeypatch.setenv("PL_GLOBAL_SEED", "1234")
     main(args)
-    seeds = [yaml.safe_load((tmp_path / "lightning_logs" / f"version_{v}" / "config.yaml").read_text())["seed_everything"]
+    saved = [yaml.safe_load((tmp_path / "lightning_logs" / f"version_{v}" / "config.yaml").read_text())
              for v in range(3)]
+    seeds = [config["seed_everything"] for config in saved]
     assert all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds[:2]) and seeds[0] != seeds[1]
     assert seeds[2] == 1234
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # every process launched apart (torchrun): each would draw its own
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
 
 
-def test_a_run_config_leaves_out_the_resumed_checkpoint_and_a_logger_version_is_not_reused(tmp_path, monkeypatch,
-                                                                                           capsys):
+def test_a_config_s_checkpoint_is_said_and_a_run_folder_or_config_file_is_not_written_over(tmp_path, monkeypatch,
+                                                                                           capsys, lightning_log):
     monkeypatch.chdir(tmp_path)
     tiny = ["--config", "pendulum.yaml", "--trainer.max_steps", "20", "--data.warmup_steps", "20",
             "--trainer.val_check_interval", "20", "--data.eval_episodes", "1"]
     main(["fit", *tiny])
     main(["fit", *tiny, "--trainer.max_steps", "40", "--ckpt_path", "last"])  # resumed into version_1
-    saved = yaml.safe_load((tmp_path / "lightning_logs" / "version_1" / "config.yaml").read_text())
-    assert saved["ckpt_path"] is None and saved["trainer"]["max_steps"] == 40  # test --config it: version_1's own
+    resumed = str(tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")
+    main(["test", "--config", "lightning_logs/version_1/config.yaml", "--data.test_episodes", "1"])
+    assert f"checkpoint: {resumed} (the ckpt_path of the --config file; give --ckpt_path best, last or a file to " \
+           "play another)" in lightning_log.text  # what a fit's config names is said, not played unsaid
     named = [*tiny, "--trainer.logger", "TensorBoardLogger", "--trainer.logger.save_dir", ".",
              "--trainer.logger.version", "exp1"]
     main(["fit", *named])
@@ -66,6 +74,20 @@ def test_a_run_config_leaves_out_the_resumed_checkpoint_and_a_logger_version_is_
     assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before  # nothing written there
     main(["fit", *named, "--trainer.max_steps", "40", "--ckpt_path", "last"])  # continuing it there is fine
     assert yaml.safe_load((folder / "config.yaml").read_text())["trainer"]["max_steps"] == 40
+    best = next((folder / "checkpoints").glob("best-*.ckpt"))
+    main(["test", "--config", "pendulum.yaml", "--ckpt_path", str(best), "--data.test_episodes", "1",
+          "--data.buffer_device", "cuda:99"])  # test builds no buffer: a device it lacks is not asked for
+    played = yaml.safe_load((tmp_path / "lightning_logs" / "version_3" / "config.yaml").read_text())["ckpt_path"]
+    assert played == str(best)  # a test's config names the checkpoint it played
+    mine = tmp_path / "config.yaml"
+    mine.write_text("# my settings\ntrainer:\n  max_steps: 20\n")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:  # without a logger the run's config.yaml would go over it
+        main(["fit", *tiny, "--config", "config.yaml", "--trainer.logger", "false"])
+    assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: the run would write its config.yaml over --config {mine}; give another --trainer.default_root_dir, "
+        "or keep your config file elsewhere")
+    assert mine.read_text() == "# my settings\ntrainer:\n  max_steps: 20\n"
 
 
 def test_a_resume_with_nothing_left_to_train_says_so_and_warnings_are_warning_lines(tmp_path, monkeypatch):

@@ -118,7 +118,8 @@ def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_
         ref.run("walker2d.yaml", [0], [], name="../elsewhere")
 
 
-def test_run_refuses_to_replace_a_summary_without_its_run_and_stops_at_a_failed_command(ref, tmp_path, monkeypatch):
+def test_run_refuses_to_replace_a_summary_without_its_run_and_stops_at_a_failed_command(ref, tmp_path, monkeypatch,
+                                                                                        capsys):
     kept = tmp_path / "summaries" / "bipedal" / "seed1.json"
     kept.parent.mkdir(parents=True)
     kept.write_text('{"seed": 1}')
@@ -129,14 +130,22 @@ def test_run_refuses_to_replace_a_summary_without_its_run_and_stops_at_a_failed_
         return subprocess.CompletedProcess(cmd, 2)  # the fit refused its input (its `error:` line was printed)
 
     monkeypatch.setattr(ref.subprocess, "run", fake_run)
-    with pytest.raises(SystemExit, match=r"seed1.json already summarises a run of bipedal; a new run would replace "
-                                         r"it: give other --seeds, another --name, or --overwrite"):
+    with pytest.raises(SystemExit) as info:
         ref.run("bipedal.yaml", [0, 1], [])
+    assert info.value.code == 2 and capsys.readouterr().err == (
+        f"error: {kept} already summarises a run of bipedal; a new run would replace it: give other --seeds, "
+        "another --name, or --overwrite\n")
     assert calls == [] and kept.read_text() == '{"seed": 1}'
     with pytest.raises(SystemExit) as info:
         ref.run("bipedal.yaml", [1], ["--model.gamme", "0.9"], overwrite=True)
     assert info.value.code == 2 and [c[3] for c in calls] == ["fit"]  # no test after the failed fit, no traceback
     assert kept.read_text() == '{"seed": 1}'
+    monkeypatch.setattr(ref.subprocess, "run", lambda cmd: subprocess.CompletedProcess(cmd, -9))  # killed (OOM)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        ref.run("bipedal.yaml", [1], [], overwrite=True)
+    assert info.value.code == 1 and capsys.readouterr().err == (
+        "error: bipedal seed 1: fit was killed by signal 9; run the same command again to continue it\n")
 
 
 def test_curves_join_resumed_versions_and_table_lists_unfinished_seeds(ref, tmp_path, capsys):

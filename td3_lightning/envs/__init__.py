@@ -89,12 +89,24 @@ def _check_kinds(env_id: str, env_kwargs: dict[str, Any], option: str) -> None:
     """One line for a keyword argument of another kind than its default (text for a number, a number for a switch):
     the env would fail with a traceback at its first step, or not at all."""
     defaults = keyword_defaults(env_id) if env_kwargs else {}
+    loose = _loosely_typed(env_id) if env_kwargs else set()
     for key, value in env_kwargs.items():
-        kind = _kind(defaults.get(key))
+        kind = None if key in loose else _kind(defaults.get(key))
         if kind is None or value is None or _kind(value) == kind:
             continue
         raise UserInputError(f"{option}.{key} {value!r}: '{env_id}' takes {kind} there (default "
                              f"{defaults[key]!r}); fix it")
+
+
+def _loosely_typed(env_id: str) -> set[str]:
+    """The constructor's parameters annotated with anything but one plain type (``Union[int, str]``, ``Any``):
+    their default's kind says nothing about what they take."""
+    import inspect
+
+    plain = {"int", "float", "bool", "str"}
+    return {p.name for p in _constructor_params(env_id) or []
+            if p.annotation is not inspect.Parameter.empty
+            and getattr(p.annotation, "__name__", str(p.annotation)).strip("'\"") not in plain}
 
 
 #: gymnasium.make's own keyword arguments (not the env constructor's)
