@@ -541,7 +541,10 @@ def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
         if expected is not None and got is not None:
             finite = " (a finite number)" if expected == "a float" and got.strip().lower().lstrip("+-") in (
                 "nan", "inf", "infinity") else ""
-            return f"invalid value for {key}: expected {expected}{finite}, got {got!r}"
+            bare = got.strip().strip("'\"")
+            split = (" (the shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"
+                     if bare and bare[0] in "{[" and bare.count(bare[0]) > bare.count("}" if bare[0] == "{" else "]") else "")
+            return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{split}"
         return f"invalid value for {key}: " + _clean_type(" ".join(detail))
     return _clean_type(" ".join(lines))
 

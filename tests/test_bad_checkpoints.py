@@ -148,6 +148,9 @@ def test_bad_checkpoint_one_line_nothing_written(
                                    "options"),
         (["--seed", "3"], None, "error: unknown option --seed (did you mean --seed_everything or --selection.seed?); "
                                 "--help lists the options"),
+        (["--model.hidden_dims", "[64,", "64]"], None,
+         "error: invalid value for model.hidden_dims: expected a list, got '[64,' (the shell split it at a space: "
+         "quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"),
         ([], {"gamma": 0.9}, "error: unknown key gamma in the configuration (did you mean model.gamma? each option "
                              "is under its group); --help lists the options"),
         ([], {"fit": {"trainer": {"max_steps": 10}}},
@@ -157,7 +160,7 @@ def test_bad_checkpoint_one_line_nothing_written(
     ],
     ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "wrong-union", "config-unknown-key",
          "config-wrong-type", "config-unknown-trainer-key", "a-prefix-is-not-the-option", "option-outside-its-group",
-         "option-a-prefix-of-others", "config-option-outside-its-group",
+         "option-a-prefix-of-others", "unquoted-list", "config-option-outside-its-group",
          "config-subcommand-level"],
 )
 def test_bad_option_or_config_one_line(args, config, message, tmp_path, monkeypatch, capsys):
