@@ -44,7 +44,7 @@ RANGE_NOT_IN_HELP = {
 #: Options that take text: values they refuse (from a fixed set, a file name of the wrong form, an unknown env).
 CHOICES = {
     "model.encoder": ["bogus"], "model.compile_mode": ["bogus"], "data.vector_mode": ["bogus"],
-    "data.video_format": ["avi"], "data.buffer_device": ["bogus", "cuda:99"], "data.sampler": ["bogus"],
+    "data.video_format": ["avi"], "data.buffer_device": ["bogus"], "data.sampler": ["bogus"],
     "model.actor_q": ["min"],
     "data.env_id": ["NoSuchEnv-v9"], "learning_curve.filename": ["sub/curve.png", "curve.txt"],
     "model.teacher": ["missing.ckpt"],  # Pendulum has no privileged observation for a teacher to read
@@ -76,6 +76,8 @@ TRAINER_CASES = {
     "trainer.default_root_dir": "FOLDER",
     "seed_everything": ["-1", "4294967296", "abc"],
 }
+#: Values only fit refuses: what only training builds (validate and test make no replay buffer).
+FIT_ONLY_CASES = {"data.buffer_device": ["cuda:99"]}
 #: ``--checkpoint.*`` options: values they refuse, besides a wrong type (``abc`` for a number or a switch).
 CHECKPOINT_CASES = {
     "checkpoint.every_n_train_steps": ["-1"],
@@ -230,7 +232,7 @@ def trainer_subcommand_cases(subcommand: str) -> list[tuple[str, str, Any]]:
              if f"--{name}".startswith(WALKED) and hint is not None for v in typed_cases(name, hint, help_text)]
     cases += [(name, v) for name, kind in PATH_OPTIONS.items() for v in PATH_VALUES[kind]]
     if subcommand == "fit":
-        cases += _table(TRAINER_CASES)
+        cases += _table(TRAINER_CASES) + _table(FIT_ONLY_CASES)
         for name, (hint, _help) in sorted(options.items()):
             if name.startswith("checkpoint.") and (_is_bool(hint) or _number_type(hint)[0] is not None):
                 cases.append((name, "abc"))
