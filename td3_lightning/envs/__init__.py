@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -88,25 +89,27 @@ def _kind(value: Any) -> str | None:
 def _check_kinds(env_id: str, env_kwargs: dict[str, Any], option: str) -> None:
     """One line for a keyword argument of another kind than its default (text for a number, a number for a switch):
     the env would fail with a traceback at its first step, or not at all."""
-    defaults = keyword_defaults(env_id) if env_kwargs else {}
-    loose = _loosely_typed(env_id) if env_kwargs else set()
+    kinds = _default_kinds(env_id) if env_kwargs else {}
     for key, value in env_kwargs.items():
-        kind = None if key in loose else _kind(defaults.get(key))
+        kind, default = kinds.get(key, (None, None))
         if kind is None or value is None or _kind(value) == kind:
             continue
-        raise UserInputError(f"{option}.{key} {value!r}: '{env_id}' takes {kind} there (default "
-                             f"{defaults[key]!r}); fix it")
+        raise UserInputError(f"{option}.{key} {value!r}: '{env_id}' takes {kind} there (default {default!r}); fix it")
 
 
-def _loosely_typed(env_id: str) -> set[str]:
-    """The constructor's parameters annotated with anything but one plain type (``Union[int, str]``, ``Any``):
-    their default's kind says nothing about what they take."""
+@functools.lru_cache(maxsize=None)
+def _default_kinds(env_id: str) -> dict[str, tuple[str | None, Any]]:
+    """The kind (:func:`_kind`) and default of each keyword of ``env_id``'s constructor; no kind for one annotated
+    with anything but one plain type (``Union[int, str]``, ``Any``), whose default says nothing of what it takes.
+    Inspected once per env id (every env instance is made through :func:`make_env`)."""
     import inspect
 
     plain = {"int", "float", "bool", "str"}
-    return {p.name for p in _constructor_params(env_id) or []
-            if p.annotation is not inspect.Parameter.empty
-            and getattr(p.annotation, "__name__", str(p.annotation)).strip("'\"") not in plain}
+    loose = {p.name for p in _constructor_params(env_id) or []
+             if p.annotation is not inspect.Parameter.empty
+             and getattr(p.annotation, "__name__", str(p.annotation)).strip("'\"") not in plain}
+    return {key: (None if key in loose else _kind(default), default)
+            for key, default in keyword_defaults(env_id).items()}
 
 
 #: gymnasium.make's own keyword arguments (not the env constructor's)
