@@ -539,6 +539,34 @@ def test_max_rest_frames_must_be_a_positive_integer():
         CarRacingState(max_rest_frames=0)
 
 
+# --------------------------------------------------------------- frame penalty
+@pytest.mark.parametrize("k", [1, 3])
+def test_frame_penalty_charges_its_amount_on_every_physics_frame_and_nothing_else(k):
+    def drive(**kwargs):  # full gas along the start straight and off it: tiles, then grass, then the end
+        env = CarRacingState(action_repeat=k, max_off_road_frames=40, missed_tile_penalty=30.0, **kwargs)
+        env.reset(seed=0)
+        rewards, frames = [], []
+        for _ in range(400):
+            _, r, term, trunc, info = env.step(_a(0.3, 1.0, 0.0))
+            rewards.append(r)
+            frames.append(info["frames"])
+            if term or trunc:
+                return rewards, frames, info
+
+    free, frames, info_free = drive()
+    charged, frames_charged, info = drive(frame_penalty=0.25)
+    assert frames_charged == frames and info["off_road_terminated"] and info_free["off_road_terminated"]
+    per_step = np.diff([0] + frames)
+    assert set(per_step[:-1]) == {k}
+    np.testing.assert_allclose(np.subtract(charged, free), -0.25 * per_step, atol=1e-9)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), True, "0.1"])
+def test_frame_penalty_must_be_a_finite_number_at_least_zero(bad):
+    with pytest.raises(ValueError, match="frame_penalty must be a finite number >= 0"):
+        CarRacingState(frame_penalty=bad)
+
+
 # --------------------------------------------------------------- time-left charge
 @pytest.mark.parametrize(
     "aid, action, ended_by",

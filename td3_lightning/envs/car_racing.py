@@ -15,7 +15,7 @@ frames (the env counts the frames itself, see :class:`CarRacingState`).  The
 summed reward is therefore the standard CarRacing score.  The only exceptions
 are the training aids ``max_off_road_frames`` / ``off_road_penalty`` / ``off_road_open_lap``,
 ``missed_tile_penalty`` / ``missed_tile_penalty_ramp``, ``max_stall_frames``, ``max_rest_frames``,
-``charge_time_left`` and ``recovery_starts``, all off by default.  ``aid_features`` (off by default)
+``charge_time_left``, ``frame_penalty`` and ``recovery_starts``, all off by default.  ``aid_features`` (off by default)
 appends two observation entries that tell the agent how close the stall aid's end is and whether a
 tile was passed unvisited (``AID_FEATURE_NAMES``).
 
@@ -279,6 +279,14 @@ class CarRacingState(CarRacing):
             and some runs never learn to drive.  Charged the time left, an
             early end is never cheaper than standing still under the real
             rules.
+        frame_penalty: TRAINING AID, changes the reward.  0.0 (default) =
+            CarRacing's -0.1 per physics frame.  A positive amount C: C more is
+            charged for every physics frame.  Why: CarRacing's time charge is
+            small beside a tile's reward, and a driver that is safe on every
+            bend can still be slow; a larger charge asks for a faster lap.  It
+            also makes an aid's early end cheaper relative to driving on (the
+            discounted charges it saves), which ``missed_tile_penalty`` can
+            make up.
         off_road_open_lap: TRAINING AID, only with ``max_off_road_frames``.
             False (default): an off-road termination costs ``off_road_penalty``
             only.  True: it ends the episode as an open lap, as
@@ -363,6 +371,7 @@ class CarRacingState(CarRacing):
         max_stall_frames: int | None = None,
         max_rest_frames: int | None = None,
         charge_time_left: bool = False,
+        frame_penalty: float = 0.0,
         off_road_open_lap: bool = False,
         recovery_starts: float = 0.0,
         recovery_start_offset: float = 25.0,
@@ -406,6 +415,11 @@ class CarRacingState(CarRacing):
             raise ValueError(f"max_episode_frames must be None or an integer >= 1, got {max_episode_frames!r}")
         if not (math.isfinite(missed_tile_penalty) and missed_tile_penalty >= 0):
             raise ValueError(f"missed_tile_penalty must be a finite number >= 0, got {missed_tile_penalty!r}")
+        if isinstance(frame_penalty, bool) or not (
+            isinstance(frame_penalty, (int, float)) and math.isfinite(frame_penalty) and frame_penalty >= 0
+        ):
+            raise ValueError(f"frame_penalty must be a finite number >= 0 (charged per physics frame in training), "
+                             f"got {frame_penalty!r}")
         if int(missed_tile_penalty_ramp) != missed_tile_penalty_ramp or missed_tile_penalty_ramp < 0:
             raise ValueError("missed_tile_penalty_ramp must be an integer >= 0 (env steps; 0 = no ramp), "
                              f"got {missed_tile_penalty_ramp!r}")
@@ -436,6 +450,7 @@ class CarRacingState(CarRacing):
             max_stall_frames=max_stall_frames,
             max_rest_frames=max_rest_frames,
             charge_time_left=charge_time_left,
+            frame_penalty=frame_penalty,
             off_road_open_lap=off_road_open_lap,
             recovery_starts=recovery_starts,
             recovery_start_offset=recovery_start_offset,
@@ -459,6 +474,7 @@ class CarRacingState(CarRacing):
         self.max_rest_frames = None if max_rest_frames is None else int(max_rest_frames)
         self.off_road_open_lap = off_road_open_lap
         self.charge_time_left = charge_time_left
+        self.frame_penalty = float(frame_penalty)
         self.recovery_starts = float(recovery_starts)
         self.recovery_start_offset = float(recovery_start_offset)
         self.recovery_start_angle = float(recovery_start_angle)
@@ -612,7 +628,7 @@ class CarRacingState(CarRacing):
             self._reward_shown = self.reward  # what CarRacing-v3's frame of this step displays
             self.reward -= 0.1
             car.fuel_spent = 0.0
-            frame_reward = self.reward - self.prev_reward
+            frame_reward = self.reward - self.prev_reward - self.frame_penalty
             self.prev_reward = self.reward
             if self.tile_visited_count == len(self.track) or self.new_lap:
                 terminated = lap_finished = True
