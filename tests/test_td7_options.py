@@ -240,6 +240,20 @@ def test_lap_sampler_draws_in_proportion_to_the_priorities_and_new_transitions_s
     assert sampler.priority[2].item() == 3.0  # the largest priority seen
 
 
+def test_lap_sampler_gives_each_slot_its_own_share_in_a_full_buffer():
+    from td3_lightning.samplers import LAPSampler
+
+    size = 1_000_000
+    sampler = LAPSampler(capacity=size, alpha=0.4)
+    priority = torch.rand(size, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    sampler.priority.copy_(priority.pow(0.4))
+    widths = torch.diff(sampler.cumulative(size), prepend=torch.zeros(1, dtype=torch.float64))
+    # each slot's interval is its own priority, to float32's precision of that priority (not of the sum)
+    torch.testing.assert_close(widths, sampler.priority.double(), rtol=1e-6, atol=0)
+    draws = sampler.draw(size, 4096, torch.Generator().manual_seed(1))
+    assert draws.dtype == torch.int64 and draws.shape == (4096,) and 0 <= int(draws.min()) and int(draws.max()) < size
+
+
 def test_a_prioritised_batch_gets_lap_loss_and_hands_back_its_largest_td_errors():
     m = make()
     b = batch_of()
