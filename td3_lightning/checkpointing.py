@@ -355,9 +355,7 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True) -> Path:
         name_glob = filename.split("{", 1)[0] + "*.ckpt"
     dirpath = checkpoint.get("dirpath")
     if dirpath:
-        where = Path(dirpath)
-        candidates = list(where.glob(name_glob))
-        described = f"{where}/{name_glob}"
+        where, pattern = Path(dirpath), name_glob
     else:
         logger = trainer.get("logger")
         if isinstance(logger, list):
@@ -369,14 +367,24 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True) -> Path:
             save_dir = Path(init.get("save_dir") or root)
             name = init.get("name", "lightning_logs")
             where, pattern = (save_dir / name if name else save_dir), f"*/checkpoints/{name_glob}"
-        candidates = list(where.glob(pattern))
-        described = f"{where}/{pattern}"
+    candidates = list(where.glob(pattern))
+    described = f"{where}/{pattern}"
     candidates = [p for p in candidates if p.is_file()]
     if kind == "best":
         candidates = [p for p in candidates if not p.name.startswith("last")]
     if not candidates:
+        other = ""
+        if kind == "best":  # a fit given another checkpoint.filename than this command
+            others = [p for p in where.glob(pattern[: -len(name_glob)] + "*.ckpt")
+                      if p.is_file() and not p.name.startswith("last")]
+            if others:
+                newest_other = max(others, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+                run_config = newest_other.parent.parent / "config.yaml"
+                other = (f"; the newest checkpoint there is {newest_other}, named by another checkpoint.filename: "
+                         "pass it to --ckpt_path" + (f", or give --config {run_config} (that run's options)"
+                                                     if run_config.is_file() else ""))
         raise UserInputError(
-            f"--ckpt_path {kind}: no checkpoint matches {described}; pass a checkpoint file to --ckpt_path"
+            f"--ckpt_path {kind}: no checkpoint matches {described}{other or '; pass a checkpoint file to --ckpt_path'}"
         )
     newest = max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))
     return selected_checkpoint(newest) or newest if kind == "best" and selected else newest

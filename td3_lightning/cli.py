@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import random
 import re
@@ -219,7 +220,8 @@ class TD3CLI(LightningCLIHooks):
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as err:
-            raise UserInputError(one_line_parse_error(str(err), cli_option_names(self, args))) from None
+            raise UserInputError(one_line_parse_error(str(err), cli_option_names(self, args),
+                                                      whole_number_hint=True)) from None
         subcommand = self.config.get("subcommand")
         check_options(self.config[subcommand] if subcommand else self.config, fit=subcommand in ("fit", None))
         argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
@@ -495,8 +497,9 @@ def _clean_type(text: str) -> str:
     return text.replace("NoneType", "None")
 
 
-def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
-    """jsonargparse's (often multi-line) parse error as one line that names the key."""
+def one_line_parse_error(message: str, options: list[str] | None = None, whole_number_hint: bool = False) -> str:
+    """jsonargparse's (often multi-line) parse error as one line that names the key; ``whole_number_hint``: a
+    whole number written as a float (``1e3``) where an int is expected is told how to write it."""
     options = options or []
     keys = [o[2:] for o in options]
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
@@ -544,7 +547,15 @@ def one_line_parse_error(message: str, options: list[str] | None = None) -> str:
             bare = got.strip().strip("'\"")
             split = (" (the shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"
                      if bare and bare[0] in "{[" and bare.count(bare[0]) > bare.count("}" if bare[0] == "{" else "]") else "")
-            return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{split}"
+            whole = ""
+            if whole_number_hint and expected == "an int":
+                try:
+                    number = float(bare)
+                except ValueError:
+                    number = math.nan
+                if math.isfinite(number) and number == int(number):
+                    whole = f" (a float: write the whole number as {int(number)})"
+            return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{whole}{split}"
         return f"invalid value for {key}: " + _clean_type(" ".join(detail))
     return _clean_type(" ".join(lines))
 

@@ -206,6 +206,11 @@ class ReplayDataModule(L.LightningDataModule):
                 f"data.frame_stack {frame_stack} does not divide {env_id}'s {self.spec.obs_shape[0]} image channels; "
                 "leave it unset (the env's own frame_stack) or set 1 to store whole observations"
             )
+        if frame_stack is not None and frame_stack > 1 and len(self.spec.obs_shape) != 3:
+            raise UserInputError(
+                f"data.frame_stack {frame_stack} stacks image frames, and {env_id}'s observations are not images "
+                f"(shape {tuple(self.spec.obs_shape)}); leave it unset"
+            )
         if self.sampler != "uniform" and self._shares_frames():  # priorities are kept per stored observation
             raise UserInputError(f"data.sampler {self.sampler} needs a replay of whole observations: set "
                                  "data.frame_stack 1 or data.sampler uniform")

@@ -282,6 +282,24 @@ def test_test_without_any_best_checkpoint_says_what_to_pass(tmp_path, monkeypatc
     assert list(tmp_path.iterdir()) == []
 
 
+def test_test_after_a_fit_with_another_checkpoint_filename_names_the_checkpoint_and_the_run_config(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "lightning_logs" / "version_0"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "mine-20.ckpt").write_bytes(b"")  # fit --checkpoint.filename 'mine-{step}'
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (folder / "config.yaml").write_text("checkpoint:\n  filename: mine-{step}\n")
+    err = _error_line(["test", *RUN], capsys)
+    assert err == (
+        f"error: --ckpt_path best: no checkpoint matches {tmp_path}/lightning_logs/*/checkpoints/best-step*.ckpt; "
+        f"the newest checkpoint there is {folder}/checkpoints/mine-20.ckpt, named by another checkpoint.filename: "
+        f"pass it to --ckpt_path, or give --config {folder}/config.yaml (that run's options)"
+    )
+    assert sorted(p.name for p in folder.rglob("*")) == ["checkpoints", "config.yaml", "last.ckpt", "mine-20.ckpt"]
+
+
 def test_export_defaults_to_the_newest_best_checkpoint(real_ckpt, tmp_path, monkeypatch, capsys):
     from td3_lightning.export import main as export_main
 

@@ -561,6 +561,13 @@ def test_frame_penalty_charges_its_amount_on_every_physics_frame_and_nothing_els
     np.testing.assert_allclose(np.subtract(charged, free), -0.25 * per_step, atol=1e-9)
 
 
+@pytest.mark.parametrize("bad", [0, 2, 95, -0.5, float("nan"), True])
+def test_lap_complete_percent_must_be_a_fraction(bad):
+    with pytest.raises(ValueError, match=r"lap_complete_percent must be a fraction of the tiles in \(0, 1\]"):
+        CarRacingState(lap_complete_percent=bad)
+    assert CarRacingState(lap_complete_percent=1).lap_complete_percent == 1
+
+
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), True, "0.1"])
 def test_frame_penalty_must_be_a_finite_number_at_least_zero(bad):
     with pytest.raises(ValueError, match="frame_penalty must be a finite number >= 0"):

@@ -238,6 +238,10 @@ VAL_CHECK = ('error: trainer.val_check_interval must be a number of training ste
         (["--data.eval_seed", "-1"], "error: data.eval_seed must be at least 0, got -1"),
         (["--data.record_val", "-1"], "error: data.record_val must be at least 0, got -1"),
         (["--data.frame_stack", "0"], "error: data.frame_stack must be at least 1, got 0"),
+        (["--data.frame_stack", "4"], "error: data.frame_stack 4 stacks image frames, and Pendulum-v1's observations "
+                                      "are not images (shape (3,)); leave it unset"),
+        (["--trainer.max_steps", "1e3"], "error: invalid value for trainer.max_steps: expected an int, got '1000.0' "
+                                         "(a float: write the whole number as 1000)"),
     ],
 )
 def test_trainer_and_data_options_out_of_range_stop_before_anything_is_written(args, line, tmp_path, monkeypatch,

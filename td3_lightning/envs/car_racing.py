@@ -429,6 +429,11 @@ class CarRacingState(CarRacing):
             raise ValueError(f"recovery_start_offset must be a finite number >= 0, got {recovery_start_offset!r}")
         if not (math.isfinite(recovery_start_angle) and 0.0 <= recovery_start_angle <= 180.0):
             raise ValueError(f"recovery_start_angle must be in [0, 180] degrees, got {recovery_start_angle!r}")
+        if isinstance(lap_complete_percent, bool) or not (
+            isinstance(lap_complete_percent, (int, float)) and 0.0 < lap_complete_percent <= 1.0
+        ):
+            raise ValueError("lap_complete_percent must be a fraction of the tiles in (0, 1], "
+                             f"got {lap_complete_percent!r}")
         if track_seed is not None and (int(track_seed) != track_seed or track_seed < 0):
             raise ValueError(f"track_seed must be None or a non-negative integer, got {track_seed!r}")
         super().__init__(
