@@ -596,7 +596,28 @@ def run_study(study: optuna.Study, base: list[str], space: dict[str, dict[str, A
               n_trials: int) -> None:
     """``n_trials`` more trials of ``study``. A trial's :class:`UserInputError` (a value of the space
     that the fit rejects) fails the trial and ends the search with that error."""
-    study.optimize(lambda trial: run_trial(trial, base, space, study_dir), n_trials=n_trials)
+    quiet = _QuietInterrupt()
+    optimize_log = logging.getLogger("optuna.study._optimize")  # where Optuna reports a failed trial
+    optimize_log.addFilter(quiet)
+    try:
+        study.optimize(lambda trial: run_trial(trial, base, space, study_dir), n_trials=n_trials)
+    finally:
+        optimize_log.removeFilter(quiet)
+
+
+class _QuietInterrupt(logging.Filter):
+    """Drops Optuna's report of a trial failed by Ctrl+C (a traceback, then "failed with value None"):
+    the command says it in its own ``interrupted:`` line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interrupted = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+            self.interrupted = True
+            return False
+        return not (self.interrupted and "failed with value" in record.getMessage())
 
 
 def main(argv: list[str] | None = None) -> None:

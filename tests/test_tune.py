@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -307,3 +308,36 @@ def test_help_shows_the_default_space(capsys):
         assert f"  {name}: {json.dumps(entry)}" in text
     for option in ("--storage", "--study_name", "--n_trials", "--space", "--study_dir", "--best_config", "--pruner"):
         assert option in text
+
+
+def test_ctrl_c_in_a_trial_is_one_line_and_the_study_keeps_the_trial(tmp_path, monkeypatch, capfd):
+    def interrupted(trial, *args):
+        raise KeyboardInterrupt  # what run_trial raises when Lightning ends a fit on Ctrl+C
+
+    class Records(logging.Handler):  # what Optuna's own handler would print
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(self.format(record))
+
+    optuna_log = Records()
+    logging.getLogger("optuna").addHandler(optuna_log)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tune_module, "run_trial", interrupted)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["tune", "--config", "pendulum.yaml", "--storage", "sqlite:///study.db", "--space", "space.yaml",
+                  "--n_trials", "3", *TINY])
+    finally:
+        logging.getLogger("optuna").removeHandler(optuna_log)
+    assert exit_info.value.code == 130
+    assert optuna_log.lines == []  # before: "Trial 0 failed ... KeyboardInterrupt()", its traceback, "failed with value"
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and "failed with" not in err, err
+    assert err.strip().splitlines()[-1] == ("interrupted: the study keeps its trials (the interrupted one as FAIL); "
+                                            "run the same command again to continue it")
+    study = optuna.load_study(study_name="pendulum", storage="sqlite:///study.db")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
