@@ -284,7 +284,17 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
         "action_bounds": (list(low), list(high)) if low is not None and high is not None else None,
         "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
         "resumable": all(k in ckpt for k in ("optimizer_states", "loops")),
+        "train_seconds": timer_train_seconds(ckpt),
     }
+
+
+def timer_train_seconds(ckpt: dict[str, Any]) -> float | None:
+    """The training time that Lightning's ``Timer`` (the callback of ``trainer.max_time``) had counted when the
+    checkpoint was written (a resumed run's timer goes on from it), or None for a run without ``max_time``."""
+    state = (ckpt.get("callbacks") or {}).get("Timer")  # Timer.state_key
+    elapsed = state.get("time_elapsed") if isinstance(state, dict) else None
+    train = elapsed.get("train") if isinstance(elapsed, dict) else None
+    return float(train) if isinstance(train, (int, float)) else None
 
 
 def is_training_checkpoint(path: str | Path) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import logging
 import math
 import os
@@ -54,7 +55,13 @@ from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
 from td3_lightning.selection import CheckpointSelection, check_selection_options
-from td3_lightning.trainer_options import SEED_RANGE, check_seed, check_trainer_options, lightning_refusal
+from td3_lightning.trainer_options import (
+    SEED_RANGE,
+    check_seed,
+    check_trainer_options,
+    lightning_refusal,
+    max_time_seconds,
+)
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -271,6 +278,12 @@ class TD3CLI(LightningCLIHooks):
         if max_steps is not None and max_steps != -1 and done >= max_steps:
             self._warnings += (f"the checkpoint ({ckpt}) is at training step {done}, at or past trainer.max_steps "
                                f"{max_steps}: nothing is left to train; raise --trainer.max_steps to train on",)
+        max_time = (self.config[subcommand].get("trainer") or {}).get("max_time") if subcommand == "fit" else None
+        limit, spent = max_time_seconds(max_time), (self._ckpt_facts or {}).get("train_seconds")
+        if limit is not None and spent is not None and spent >= limit:
+            self._warnings += (f"the checkpoint ({ckpt}) has trained for {datetime.timedelta(seconds=round(spent))}, "
+                               f"at or past trainer.max_time {max_time} (a resumed run's clock goes on): nothing is "
+                               "left to train; raise --trainer.max_time to train on",)
         saved = list(self.config[subcommand]["model"].get("reset_steps") or []) if subcommand else []
         if resets and saved != list(resets):
             self.config[subcommand]["model"]["reset_steps"] = list(resets)

@@ -43,6 +43,19 @@ def _is_time(text: str) -> bool:
     return len(parts) == 4 and all(p.isdigit() for p in parts) and any(int(p) for p in parts)
 
 
+def max_time_seconds(max_time: Any) -> float | None:
+    """``trainer.max_time`` (DD:HH:MM:SS, a mapping of ``datetime.timedelta``'s keywords, or a timedelta) in
+    seconds; None when it is not set or not one of these."""
+    if isinstance(max_time, datetime.timedelta):
+        return max_time.total_seconds()
+    if isinstance(max_time, str) and _is_time(max_time):
+        days, hours, minutes, seconds = (int(p) for p in max_time.strip().split(":"))
+        return datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds).total_seconds()
+    if isinstance(max_time, Mapping) and _is_time_mapping(max_time):
+        return datetime.timedelta(**max_time).total_seconds()
+    return None
+
+
 def _is_time_mapping(mapping: Mapping[str, Any]) -> bool:
     """Whether ``mapping`` is a duration above zero as ``datetime.timedelta``'s keyword arguments (Lightning's form)."""
     if not mapping or any(k not in TIME_UNITS for k in mapping):

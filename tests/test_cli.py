@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,39 @@ def test_a_resume_with_nothing_left_to_train_says_so_and_warnings_are_warning_li
            "train; raise --trainer.max_steps to train on" in [str(w.message) for w in caught]
     assert cli._said_as_warning("too late", UserWarning, cli.__file__, 7) == "warning: too late\n"
     assert cli._said_as_warning("theirs", UserWarning, "/elsewhere/lib.py", 7).startswith("/elsewhere/lib.py:7: ")
+
+
+def test_a_resume_past_its_max_time_says_so(tmp_path, monkeypatch):
+    from lightning.pytorch.callbacks import Timer
+
+    from td3_lightning.checkpointing import timer_train_seconds
+    from td3_lightning.trainer_options import max_time_seconds
+
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.val_check_interval", "20",
+            "--data.eval_episodes", "1", "--trainer.max_steps", "1000"]
+    main(["fit", *tiny, "--trainer.max_steps", "20", "--trainer.max_time", "00:00:30:00"])
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, map_location="cpu", weights_only=False)
+    timer = Timer()
+    assert set(ckpt["callbacks"][timer.state_key]["time_elapsed"]) == set(timer.state_dict()["time_elapsed"])
+    ckpt["callbacks"][timer.state_key]["time_elapsed"]["train"] = 2000.4  # a run stopped by max_time 00:00:30:00
+    torch.save(ckpt, last)
+    assert timer_train_seconds(ckpt) == 2000.4 and timer_train_seconds({"callbacks": {}}) is None
+    assert [max_time_seconds(t) for t in ("00:00:30:00", {"minutes": 30}, "01:00:00:00", None, "soon")] == [
+        1800.0, 1800.0, 86400.0, None, None]
+    with pytest.warns(UserWarning) as caught:
+        main(["fit", *tiny, "--trainer.max_time", "00:00:30:00", "--ckpt_path", "last"])
+    assert (f"the checkpoint ({last}) has trained for 0:33:20, at or past trainer.max_time 00:00:30:00 (a resumed "
+            "run's clock goes on): nothing is left to train; raise --trainer.max_time to train on"
+            in [str(w.message) for w in caught])
+    with warnings.catch_warnings(record=True) as caught:  # more time: no such warning, and it trains on
+        warnings.simplefilter("always")
+        main(["fit", *tiny, "--trainer.max_steps", "40", "--trainer.max_time", "00:01:00:00", "--ckpt_path", "last"])
+    assert not [w for w in caught if "max_time" in str(w.message)]
+    resumed = torch.load(tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt", map_location="cpu",
+                         weights_only=False)
+    assert resumed["global_step"] == 40
 
 
 def test_fit_then_validate_and_test_from_checkpoint(tmp_path, cli_env):
