@@ -388,7 +388,7 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True) -> Path:
             others = [p for p in where.glob(pattern[: -len(name_glob)] + "*.ckpt")
                       if p.is_file() and not p.name.startswith("last")]
             if others:
-                newest_other = max(others, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+                newest_other = _newest(others)
                 run_config = newest_other.parent.parent / "config.yaml"
                 other = (f"; the newest checkpoint there is {newest_other}, named by another checkpoint.filename: "
                          "pass it to --ckpt_path" + (f", or give --config {run_config} (that run's options)"
@@ -396,8 +396,13 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True) -> Path:
         raise UserInputError(
             f"--ckpt_path {kind}: no checkpoint matches {described}{other or '; pass a checkpoint file to --ckpt_path'}"
         )
-    newest = max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+    newest = _newest(candidates)
     return selected_checkpoint(newest) or newest if kind == "best" and selected else newest
+
+
+def _newest(paths: list[Path]) -> Path:
+    """The most recently written of ``paths`` (ties by name)."""
+    return max(paths, key=lambda p: (p.stat().st_mtime_ns, str(p)))
 
 
 def selected_checkpoint(newest: Path) -> Path | None:
