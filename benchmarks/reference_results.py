@@ -66,10 +66,23 @@ def latest_last_ckpt(folder: Path) -> Path:
     return found[-1]
 
 
+#: the fit options that ``run`` sets for each seed, which a passed-through option must not replace
+RUN_SETS = {"--seed_everything": "is set by run itself (from --seeds)",
+            "--trainer.default_root_dir": "is set by run itself (runs/<name>/seed<S>)",
+            "--ckpt_path": "is set by run itself (a seed with a last.ckpt continues from it)",
+            "--trainer.logger": "must stay the default: run finds each seed's checkpoints and tests under lightning_logs",
+            "--checkpoint.dirpath": "must stay the default: run finds each seed's checkpoints under lightning_logs"}
+
+
 def run(config: str, seeds: list[int], extra: list[str], name: str | None = None, overwrite: bool = False) -> None:
     """Train and test each seed of ``config`` under ``runs/<name>`` (``name``: the config's stem by default). A
     seed whose summary exists but whose run is not under ``runs/`` is refused unless ``overwrite``."""
     name = name or Path(config).stem
+    for arg in extra:
+        option = arg.split("=", 1)[0]
+        owner = next((o for o in RUN_SETS if option == o or option.startswith(o + ".")), None)
+        if owner:
+            _refuse(f"{option} {RUN_SETS[owner]}; leave it out")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise SystemExit(f"error: --name {name!r} must be a folder name (letters, digits, '_', '-', '.')")
     folders = [ROOT / name / f"seed{seed}" for seed in seeds]
@@ -284,6 +297,25 @@ def _seeds_label(name: str, seeds: list[int]) -> str:
     return f"{name} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"
 
 
+def _refuse(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """``--out`` is an image file name with a type matplotlib writes, and no file there unless ``overwrite``."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    types = FigureCanvasBase.get_supported_filetypes()
+    if out.is_dir():
+        _refuse(f"--out {out} is a folder; name an image file in it, e.g. {out / 'curves.png'}")
+    if out.suffix.lower().lstrip(".") not in types:
+        _refuse(f"--out {out}: name an image file by its type, e.g. {out.with_suffix('.png')} "
+                "(.png, .svg, .pdf or another type matplotlib writes)")
+    if out.exists() and not overwrite:
+        _refuse(f"--out {out} exists; give another file or --overwrite")
+
+
 def compare(panels: list[str], out: Path, max_steps: int | None = None, overwrite: bool = False):
     """One panel per ``TITLE=NAME,NAME,...``: the evaluation curves of each named summary, a colour per name and a
     line per seed, cropped at ``max_steps`` training steps; written to ``out`` (an existing file only with
@@ -293,6 +325,9 @@ def compare(panels: list[str], out: Path, max_steps: int | None = None, overwrit
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    _check_out(out, overwrite)
+    if max_steps is not None and max_steps < 1:
+        _refuse(f"--max_steps {max_steps}: give a number of training steps >= 1 (or leave it out: the whole curves)")
     summaries = load_summaries()
     parsed = []
     for panel in panels:
@@ -317,9 +352,6 @@ def compare(panels: list[str], out: Path, max_steps: int | None = None, overwrit
                             label=_seeds_label(name, [r["seed"] for r in summaries[name]]) if i == 0 else None)
         _style(ax, title, legend_size="small")
     fig.tight_layout()
-    if out.exists() and not overwrite:
-        print(f"error: --out {out} exists; give another file or --overwrite", file=sys.stderr)
-        sys.exit(2)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=80)
     print(f"plot written to {out}")

@@ -61,14 +61,18 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def check_args(args: argparse.Namespace) -> None:
     """One-line errors for bad arguments, before anything is driven."""
-    from td3_lightning.errors import UserInputError
+    from td3_lightning.errors import UserInputError, check_checkpoint_file
 
     track_survey.check_seeds_and_workers(args.seeds, args.workers)
     for ckpt in args.ckpts:
-        if not os.path.isfile(ckpt):
-            raise UserInputError(f"checkpoint file not found: {ckpt}; pass existing .ckpt files to --ckpts")
-    if len(set(args.ckpts)) != len(args.ckpts):
-        raise UserInputError("--ckpts names a checkpoint twice; give each candidate once")
+        check_checkpoint_file(ckpt, "--ckpts", "each candidate is a .ckpt file")
+    given: dict[Path, str] = {}  # each file, resolved, as first named
+    for ckpt in args.ckpts:
+        resolved = Path(ckpt).resolve()
+        if resolved in given:
+            first = given[resolved]
+            raise UserInputError(f"--ckpts names a checkpoint twice ({first} and {ckpt}); give each candidate once")
+        given[resolved] = ckpt
     out = Path(args.out)
     if out.exists():
         raise UserInputError(f"--out {out} exists; give a new file name (nothing is overwritten)")

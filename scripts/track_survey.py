@@ -467,13 +467,12 @@ def check_seeds_and_workers(seeds: list[int], workers: int) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """One-line errors for bad arguments, before anything is loaded."""
-    from td3_lightning.errors import UserInputError
+    from td3_lightning.errors import UserInputError, check_checkpoint_file
 
     check_seeds_and_workers(args.seeds, args.workers)
     if args.strips < 0:
         raise UserInputError(f"--strips {args.strips}: give 0 (no strips) or more")
-    if not os.path.isfile(args.ckpt):
-        raise UserInputError(f"checkpoint file not found: {args.ckpt}; pass an existing .ckpt file to --ckpt")
+    check_checkpoint_file(args.ckpt, "--ckpt", "it takes a .ckpt file of a car driver")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out} is a file; give a folder (new or empty)")

@@ -54,7 +54,7 @@ from td3_lightning.hp_metric import HpMetric
 from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
-from td3_lightning.selection import CheckpointSelection, check_selection_options
+from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
 from td3_lightning.trainer_options import (
     SEED_RANGE,
     check_seed,
@@ -91,7 +91,8 @@ CHECKPOINT_DEFAULTS: dict[str, Any] = {
 #: the state after the step's optimizer updates, which is what resuming needs; a deprecation inside
 #: Lightning's own code; the resolved arguments are passed to LightningCLI explicitly (they are
 #: sys.argv's, not a second set); every run (a resume, a test) writes into a run folder of its own,
-#: so the checkpoint callback's folder always differs from the one a checkpoint was saved in.
+#: so the checkpoint callback's folder always differs from the one a checkpoint was saved in; a run's
+#: time limit (Lightning's Timer) is not needed to test its checkpoint or to resume it without one.
 EXPECTED_WARNINGS = (
     r"Found \d+ module\(s\) in eval mode",
     r"Your `IterableDataset` has `__len__` defined",
@@ -99,6 +100,8 @@ EXPECTED_WARNINGS = (
     r"Using ModelCheckpoint with manual optimization",
     r"LightningCLI's args parameter is intended",
     r"The dirpath has changed from",
+    r"Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided during "
+    r"`Trainer` instantiation\. Please add the following callbacks: \['Timer'\]",
 )
 
 #: Lightning's info lines that say nothing a user can act on: advertisements of services, accelerators
@@ -176,13 +179,33 @@ class SaveRunConfig(SaveConfigCallback):
         if target.is_file() and target.resolve() in {Path(f).resolve() for f in config_files}:
             raise UserInputError(f"the run would write its {self.config_filename} over --config {target}; give "
                                  "another --trainer.default_root_dir, or keep your config file elsewhere")
-        if not fit or self.resumed_from or not isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)) \
-                or SLURMEnvironment.job_id() is not None:
+        if not fit or self.resumed_from or SLURMEnvironment.job_id() is not None:
+            return
+        if trainer.logger is None:  # no log folder of its own: the run writes into default_root_dir itself
+            there = _run_files(trainer, Path(log_dir))
+            if there:
+                raise UserInputError(
+                    f"{log_dir} already holds {', '.join(there)}, which a run without a logger writes there; give a "
+                    "new --trainer.default_root_dir (or keep a logger), or continue that run with --ckpt_path")
+            return
+        if not isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)):
             return
         if target.is_file():
             raise UserInputError(
                 f"{log_dir} already holds a run ({self.config_filename}); give another "
                 "--trainer.logger.init_args.version (or none: a new version_N), or continue that run with --ckpt_path")
+
+
+def _run_files(trainer: Trainer, folder: Path) -> list[str]:
+    """What of a run's own files (config, learning curve, test results, checkpoints) ``folder`` already holds."""
+    names = ["config.yaml", "test_results.json",
+             *(c.filename for c in trainer.callbacks if isinstance(c, LearningCurve) and c.filename)]
+    found = [name for name in names if (folder / name).exists()]
+    checkpoints = next((c.dirpath for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath), None)
+    checkpoints = Path(checkpoints) if checkpoints else folder / "checkpoints"
+    if checkpoints.is_dir() and any(checkpoints.glob("*.ckpt")):
+        found.append(f"checkpoints ({checkpoints})")
+    return found
 
 
 class TD3CLI(LightningCLIHooks):
@@ -223,7 +246,12 @@ class TD3CLI(LightningCLIHooks):
     # ------------------------------------------------------------- parsing
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse, then check every option that needs no env (:func:`check_options`): before a checkpoint's
-        hyperparameters replace the model's options, before anything is built or written."""
+        hyperparameters replace the model's options, before anything is built or written. With ``--print_config``
+        the options are checked the same way first (what needs the env or the checkpoint is checked later)."""
+        argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
+        printing = [a for a in argv if a == "--print_config" or a.startswith("--print_config=")]
+        if printing:  # jsonargparse prints and exits while parsing, before any check
+            self.parse_arguments(parser, [a for a in argv if a not in printing])
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as err:
@@ -231,7 +259,6 @@ class TD3CLI(LightningCLIHooks):
                                                       whole_number_hint=True)) from None
         subcommand = self.config.get("subcommand")
         check_options(self.config[subcommand] if subcommand else self.config, fit=subcommand in ("fit", None))
-        argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
         self._given_model_options = given_model_options(argv)
         self._ckpt_on_command_line = any(a == "--ckpt_path" or a.startswith("--ckpt_path=") for a in argv)
 
@@ -496,6 +523,9 @@ def check_options(config: Any, fit: bool = True) -> None:
         check_selection_options(_as_dict(config["selection"]), checkpoint if fit else None,
                                 trainer.get("enable_checkpointing"))
     check_seed(config.get("seed_everything"))
+    if fit and config.get("data") is not None:  # the episodes training chooses checkpoints on, apart from test's
+        check_seed_ranges({group: _as_dict(config[group]) for group in ("data", "selection")
+                           if config.get(group) is not None})
 
 
 def _lightning_resolves(ckpt: str) -> bool:
@@ -526,9 +556,17 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
         near = list(dict.fromkeys([*started, *grouped]))
         hint = did_you_mean(name, options) or (f" (did you mean {' or '.join(near)}?)" if 1 <= len(near) <= 2 else "")
         return f"unknown option {name}{hint}; --help lists the options"
-    unknown = re.match(r"(?:Group|Subcommand) '([^']*)' does not accept option '([^']*)'", first)
+    early = re.match(r"Option '([^']*)' is not accepted before subcommand '(\w+)'", first)
+    if early:
+        key, sub = early.groups()
+        return (f"unknown key {key} in a --config given before the subcommand {sub}: such a file holds each "
+                f"subcommand's options under its name ({sub}: {{model: {{gamma: 0.98}}}}); or give the file after "
+                f"it: {commands.PROG} {sub} --config FILE")
+    unknown = (re.match(r"(?:Group|Subcommand) '([^']*)' does not accept option '([^']*)'", first)
+               or re.match(r"()Option '([^']*)' is not accepted$", first))
     if unknown:
         group, key = unknown.groups()
+        group = group or "fit"
         key = key if "." in key or group in ("fit", "validate", "test", "predict") else f"{group}.{key}"
         head, _, rest = key.partition(".")
         if head in ("fit", "validate", "test") and rest:  # a section of one subcommand in that subcommand's file
@@ -537,10 +575,17 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
             return (f"unknown key {key} in the configuration: the file of a `{group}` run holds its options at the "
                     f"top level (trainer:, model:, ...); remove the `{head}:` level{before}")
         grouped = [k for k in keys if "." not in key and k.rsplit(".", 1)[-1] == key]  # `gamma:` for `model: gamma:`
+        nested = [k for k in keys if key.endswith("." + k)]  # `trainer: model: gamma:` for `model: gamma:`
         hint = did_you_mean(key, keys) or (f" (did you mean {' or '.join(grouped)}? each option is under its group)"
-                                           if 1 <= len(grouped) <= 3 else "")
+                                           if 1 <= len(grouped) <= 3 else "") or (
+            f" (did you mean {nested[0]}? each group is a section at the top level)" if nested else "")
         return f"unknown key {key} in the configuration{hint}; --help lists the options"
     keyed = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
+    missing, section = re.search(r"Unable to load config '([^']*)'", message), re.match(r'Parser key "(\w+)"', first)
+    if missing and section and section.group(1) in CONFIG_SECTIONS:
+        key, value = section.group(1), missing.group(1)
+        return (f"invalid value for {key}: {value!r} is neither its options nor a config file that exists; write the "
+                f"{key} options under it (e.g. {_SECTION_EXAMPLE[key]})")
     if keyed:
         key, rest = keyed.group(1), keyed.group(2)
         detail = [rest, *lines[1:]] if rest else lines[1:]
@@ -599,7 +644,10 @@ def check_config_file(path: str) -> str:
         return path
     try:
         with open(path, encoding="utf-8") as stream:
-            content = yaml.safe_load(stream)
+            content = yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except _DuplicateKey as err:
+        raise UserInputError(f"config file {path} gives `{_shown(err.key)}` twice (lines {err.first} and {err.second}): the "
+                             "second would silently replace the first; merge them into one") from None
     except UnicodeDecodeError:
         raise UserInputError(f"config file {path} is not a text file; pass a YAML file to --config") from None
     except yaml.YAMLError as err:
@@ -608,11 +656,68 @@ def check_config_file(path: str) -> str:
         raise UserInputError(f"config file {path} is empty (or only comments): write the options in it as YAML, "
                              + _CONFIG_EXAMPLE)
     if not isinstance(content, dict):
-        shown = " ".join(str(content).split())
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        raise UserInputError(f"config file {path} holds {type(content).__name__} {shown!r}, not options: write them "
+        raise UserInputError(f"config file {path} holds {type(content).__name__} {_short(str(content))!r}, not options: write them "
                              "as YAML sections, " + _CONFIG_EXAMPLE)
+    _check_sections(path, content)
     return path
+
+
+#: the sections of a config file that hold a group's options (a mapping, or the name of a file that holds one)
+CONFIG_SECTIONS = ("trainer", "model", "data", "checkpoint", "progress_bar", "learning_curve", "selection")
+
+
+def _check_sections(path: str, content: dict[str, Any], within: str = "") -> None:
+    """Each option group's section (also under a ``fit:``/``validate:``/``test:`` section) is a mapping of options,
+    a file name or empty; anything else (``model: 5``) is refused naming the section."""
+    for key, value in content.items():
+        if within == "" and key in commands.TRAINER_SUBCOMMANDS:
+            if isinstance(value, dict):
+                _check_sections(path, value, f"{key}.")
+            elif value is not None:
+                raise UserInputError(f"config file {path}: `{key}: {_short(_shown(value))}` is not a section of "
+                                     f"options: a `{key}:` section holds the {key} run's options (e.g. {key}: "
+                                     "{model: {gamma: 0.98}}) in a file given before the subcommand")
+        elif key in CONFIG_SECTIONS and value is not None and not isinstance(value, (dict, str)):
+            raise UserInputError(f"config file {path}: `{within}{key}: {_short(_shown(value))}` is not a section of "
+                                 f"options; write the {key} options under it (e.g. {_SECTION_EXAMPLE[key]})")
+
+
+#: an example of each section of :data:`CONFIG_SECTIONS`, for the lines that refuse one
+_SECTION_EXAMPLE = {"trainer": "trainer: {max_steps: 20000}", "model": "model: {gamma: 0.98}",
+                    "data": "data: {batch_size: 256}", "checkpoint": "checkpoint: {save_top_k: 5}",
+                    "progress_bar": "progress_bar: {refresh_seconds: 1.0}",
+                    "learning_curve": "learning_curve: {filename: ''} for no plot",
+                    "selection": "selection: {episodes: 500}"}
+
+
+def _short(text: str, most: int = 40) -> str:
+    """``text`` on one line, cut to ``most`` characters with ``...``."""
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that gives a key twice (which it would resolve to the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges, it is no key
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                if key in lines:
+                    raise _DuplicateKey(key, lines[key], key_node.start_mark.line + 1)
+                lines[key] = key_node.start_mark.line + 1
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                break
+        return super().construct_mapping(node, deep=deep)
 
 
 def _bundled(path: str) -> str:

@@ -44,6 +44,39 @@ def check_selection_options(options: Mapping[str, Any], checkpoint: Mapping[str,
                              "several, e.g. --checkpoint.save_top_k 5, or set --selection.episodes 0")
 
 
+#: the episodes of a fit, by env seed: (what they are, the option of their first seed, its default, their count's)
+SEED_RANGES = (("validation", "data.eval_seed", 1_000, "data.eval_episodes"),
+               ("selection", "selection.seed", 2_000_000, "selection.episodes"),
+               ("test", "data.test_seed", 0, "data.test_episodes"))
+
+
+def check_seed_ranges(options: Mapping[str, Mapping[str, Any]]) -> None:
+    """A fit's validation, selection and test episodes share no env seed (``options``: the parsed ``data`` and
+    ``selection`` groups), so that no checkpoint is chosen on the episodes that test it; one line names the fix."""
+    ranges = []
+    for name, seed_option, default, count_option in SEED_RANGES:
+        group, seed_key = seed_option.split(".")
+        count = options[group][count_option.split(".")[1]] if options.get(group) is not None else 0
+        if count:
+            ranges.append((name, seed_option, default, options[group][seed_key], count))
+
+    def clear(start: int, count: int, of: str) -> bool:
+        return all(start >= s + n or s >= start + count for name, _, _, s, n in ranges if name != of)
+
+    for i, first in enumerate(ranges):
+        for second in ranges[i + 1:]:
+            if first[3] < second[3] + second[4] and second[3] < first[3] + first[4]:
+                moved, kept = (second, first) if first[3] == first[2] and second[3] != second[2] else (first, second)
+                name, option, default, start, count = moved
+                free = next((s for s in (default, *(s + n for *_, s, n in ranges)) if clear(s, count, name)), None)
+                why = ("checkpoints would be chosen on the episodes that test them" if "test" in (name, kept[0])
+                       else "the selection would replay the validation's own episodes")
+                raise UserInputError(
+                    f"the {name} episodes ({option} {start}: seeds {start}-{start + count - 1}) share env seeds with "
+                    f"the {kept[0]} episodes ({kept[1]} {kept[3]}: seeds {kept[3]}-{kept[3] + kept[4] - 1}), so {why};"
+                    f" move them apart" + (f", e.g. --{option} {free}" if free is not None else ""))
+
+
 def rank_key(summary: Mapping[str, Any]) -> tuple[float, float]:
     """Larger is better: successful episodes (None where the env reports none: 0), then the mean return."""
     return summary["successes"] or 0, summary["return"]

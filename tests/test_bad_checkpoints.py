@@ -157,11 +157,37 @@ def test_bad_checkpoint_one_line_nothing_written(
          "error: unknown key fit.trainer.max_steps in the configuration: the file of a `fit` run holds its options "
          "at the top level (trainer:, model:, ...); remove the `fit:` level, or give the file before the subcommand "
          "(--config FILE fit)"),
+        ([], {"trainer": {"model": {"gamma": 0.9}}},
+         "error: unknown key trainer.model.gamma in the configuration (did you mean model.gamma? each group is a "
+         "section at the top level); --help lists the options"),
+        ([], {"model": 5}, "error: config file mine.yaml: `model: 5` is not a section of options; write the model "
+                           "options under it (e.g. model: {gamma: 0.98})"),
+        ([], {"trainer": [100]}, "error: config file mine.yaml: `trainer: [100]` is not a section of options; write "
+                                 "the trainer options under it (e.g. trainer: {max_steps: 20000})"),
+        ([], {"data": "abc"}, "error: invalid value for data: 'abc' is neither its options nor a config file that "
+                              "exists; write the data options under it (e.g. data: {batch_size: 256})"),
+        (["--data.eval_seed", "0"], None,
+         "error: the validation episodes (data.eval_seed 0: seeds 0-9) share env seeds with the test episodes "
+         "(data.test_seed 0: seeds 0-99), so checkpoints would be chosen on the episodes that test them; move them "
+         "apart, e.g. --data.eval_seed 1000"),
+        (["--data.test_seed", "995"], None,
+         "error: the test episodes (data.test_seed 995: seeds 995-1094) share env seeds with the validation episodes "
+         "(data.eval_seed 1000: seeds 1000-1009), so checkpoints would be chosen on the episodes that test them; "
+         "move them apart, e.g. --data.test_seed 0"),
+        (["--selection.episodes", "3", "--checkpoint.save_top_k", "2", "--selection.seed", "1008"], None,
+         "error: the selection episodes (selection.seed 1008: seeds 1008-1010) share env seeds with the validation "
+         "episodes (data.eval_seed 1000: seeds 1000-1009), so the selection would replay the validation's own "
+         "episodes; move them apart, e.g. --selection.seed 2000000"),
+        (["--data.batch_size", "0", "--print_config"], None, "error: data.batch_size must be at least 1, got 0"),
+        (["--checkpoint.save_top_k", "3"], {"selection": {"episodes": 3, "seed": None}},
+         "error: selection.seed must be an integer >= 0, got None"),
     ],
     ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "wrong-union", "config-unknown-key",
          "config-wrong-type", "config-unknown-trainer-key", "a-prefix-is-not-the-option", "option-outside-its-group",
          "option-a-prefix-of-others", "unquoted-list", "config-option-outside-its-group",
-         "config-subcommand-level"],
+         "config-subcommand-level", "config-group-inside-another", "config-section-a-number",
+         "config-section-a-list", "config-section-no-file", "validation-on-test-seeds", "test-on-validation-seeds",
+         "selection-on-validation-seeds", "print-config-checks-first", "selection-seed-none"],
 )
 def test_bad_option_or_config_one_line(args, config, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

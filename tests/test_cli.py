@@ -91,6 +91,35 @@ def test_a_config_s_checkpoint_is_said_and_a_run_folder_or_config_file_is_not_wr
     assert mine.read_text() == "# my settings\ntrainer:\n  max_steps: 20\n"
 
 
+def test_a_run_without_a_logger_writes_into_no_folder_that_holds_a_run_or_a_file_of_yours(tmp_path, monkeypatch,
+                                                                                           capsys):
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.val_check_interval", "20",
+            "--data.eval_episodes", "1", "--trainer.max_steps", "20", "--trainer.logger", "false"]
+    (tmp_path / "config.yaml").write_text("# mine\n")  # a file of the user's, not passed as --config
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *tiny])
+    assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {tmp_path} already holds config.yaml, which a run without a logger writes there; give a new "
+        "--trainer.default_root_dir (or keep a logger), or continue that run with --ckpt_path")
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"] and (tmp_path / "config.yaml").read_text() == "# mine\n"
+    (tmp_path / "config.yaml").unlink()
+    main(["fit", *tiny])
+    written = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    assert {p.name for p in written} >= {"config.yaml", "learning_curve.png", "checkpoints", "last.ckpt"}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:  # a second new run would mix its checkpoints into the first's
+        main(["fit", *tiny, "--model.gamma", "0.9"])
+    assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {tmp_path} already holds config.yaml, learning_curve.png, checkpoints ({tmp_path}/checkpoints), "
+        "which a run without a logger writes there; give a new --trainer.default_root_dir (or keep a logger), or "
+        "continue that run with --ckpt_path")
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == written
+    main(["fit", *tiny, "--trainer.max_steps", "40", "--ckpt_path", "checkpoints/last.ckpt"])  # continuing is fine
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["trainer"]["max_steps"] == 40
+
+
 def test_a_resume_with_nothing_left_to_train_says_so_and_warnings_are_warning_lines(tmp_path, monkeypatch):
     from td3_lightning import cli
 
@@ -138,6 +167,10 @@ def test_a_resume_past_its_max_time_says_so(tmp_path, monkeypatch):
     resumed = torch.load(tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt", map_location="cpu",
                          weights_only=False)
     assert resumed["global_step"] == 40
+    with warnings.catch_warnings(record=True) as caught:  # a test needs no time limit: no "add the Timer callback"
+        warnings.simplefilter("always")
+        main(["test", "--config", "pendulum.yaml", "--ckpt_path", str(last), "--data.test_episodes", "1"])
+    assert [str(w.message) for w in caught if "callbacks" in str(w.message)] == []
 
 
 def test_fit_then_validate_and_test_from_checkpoint(tmp_path, cli_env):
@@ -314,6 +347,21 @@ CONFIG_EXAMPLE = ("e.g. 'trainer: {max_steps: 20000}' and 'model: {gamma: 0.98}'
         ("gamma 0.98\n", "error: config file my.yaml holds str 'gamma 0.98', not options: write them as YAML sections, "
          + CONFIG_EXAMPLE),
         (None, "error: config file my.yaml is a folder, not a file; pass a YAML file to --config"),
+        ("model:\n  gamma: 0.9\ndata:\n  batch_size: 64\nmodel:\n  tau: 0.01\n",
+         "error: config file my.yaml gives `model` twice (lines 1 and 5): the second would silently replace the "
+         "first; merge them into one"),
+        ("base: &b {gamma: 0.9}\nmodel:\n  <<: *b\n  tau: 0.01\n  tau: 0.02\n",
+         "error: config file my.yaml gives `tau` twice (lines 4 and 5): the second would silently replace the first; "
+         "merge them into one"),
+        ("fit:\n  model: 0.9\n", "error: config file my.yaml: `fit.model: 0.9` is not a section of options; write "
+                                  "the model options under it (e.g. model: {gamma: 0.98})"),
+        ("fit: 5\n", "error: config file my.yaml: `fit: 5` is not a section of options: a `fit:` section holds the fit "
+                     "run's options (e.g. fit: {model: {gamma: 0.98}}) in a file given before the subcommand"),
+        ("learning_curve: false\n", "error: config file my.yaml: `learning_curve: false` is not a section of options; "
+                                    "write the learning_curve options under it (e.g. learning_curve: {filename: ''} "
+                                    "for no plot)"),
+        ("model: {gamma: 0.9}\n~: 1\nnull: 2\n", "error: config file my.yaml gives `null` twice (lines 2 and 3): the "
+                                                 "second would silently replace the first; merge them into one"),
     ],
 )
 def test_a_config_file_that_holds_no_options_is_named_with_what_to_write(content, line, tmp_path, monkeypatch, capsys):

@@ -235,3 +235,39 @@ def test_compare_draws_named_summaries_one_panel_each_and_refuses_unknown_names(
     assert (tmp_path / "out" / "c.png").read_bytes() == before
     ref.compare(["only plain=plain"], tmp_path / "out" / "c.png", overwrite=True)
     assert (tmp_path / "out" / "c.png").read_bytes() != before
+
+
+@pytest.mark.parametrize("option, why", [
+    ("--seed_everything=5", "--seed_everything is set by run itself (from --seeds); leave it out"),
+    ("--trainer.default_root_dir", "--trainer.default_root_dir is set by run itself (runs/<name>/seed<S>); leave it out"),
+    ("--trainer.logger.init_args.save_dir", "--trainer.logger.init_args.save_dir must stay the default: run finds "
+                                            "each seed's checkpoints and tests under lightning_logs; leave it out"),
+])
+def test_run_refuses_a_passed_option_that_it_sets_itself(ref, tmp_path, monkeypatch, capsys, option, why):
+    calls: list[list[str]] = []
+    monkeypatch.setattr(ref.subprocess, "run", lambda cmd: calls.append(cmd))
+    with pytest.raises(SystemExit) as info:  # before: the seed trained elsewhere, or filed under another seed
+        ref.run("pendulum.yaml", [0], ["--model.gamma", "0.9", option, "x"])
+    assert info.value.code == 2 and capsys.readouterr().err == f"error: {why}\n"
+    assert calls == [] and not (tmp_path / "pendulum").exists()
+
+
+@pytest.mark.parametrize("out, max_steps, message", [
+    ("c.txt", None, "--out {d}/c.txt: name an image file by its type, e.g. {d}/c.png (.png, .svg, .pdf or another "
+                    "type matplotlib writes)"),
+    ("c", None, "--out {d}/c: name an image file by its type, e.g. {d}/c.png (.png, .svg, .pdf or another type "
+                "matplotlib writes)"),
+    ("folder", None, "--out {d}/folder is a folder; name an image file in it, e.g. {d}/folder/curves.png"),
+    ("c.png", 0, "--max_steps 0: give a number of training steps >= 1 (or leave it out: the whole curves)"),
+])
+def test_compare_refuses_an_out_it_cannot_write_before_drawing(ref, tmp_path, capsys, out, max_steps, message):
+    folder = tmp_path / "summaries" / "plain"
+    folder.mkdir(parents=True)
+    (folder / "seed0.json").write_text(json.dumps({"seed": 0, "curve": [[0, 1.0], [10, 2.0]], "test": {}}))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "c.png").write_bytes(b"mine")  # what a suffix-less --out c wrote over before
+    listing = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(SystemExit) as info:
+        ref.compare(["p=plain"], tmp_path / out, max_steps=max_steps, overwrite=out == "c.png")
+    assert info.value.code == 2 and capsys.readouterr().err == "error: " + message.format(d=tmp_path) + "\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == listing and (tmp_path / "c.png").read_bytes() == b"mine"

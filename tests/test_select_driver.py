@@ -56,6 +56,8 @@ def test_the_driver_that_drives_is_chosen_over_one_that_stands(tmp_path, capsys)
     (["--workers", "0"], "at least 1 process"),
     (["--ckpts", "missing.ckpt"], "checkpoint file not found: missing.ckpt"),
     (["--ckpts", str(SHIPPED), str(SHIPPED)], "names a checkpoint twice"),
+    (["--ckpts", str(SHIPPED), str(SHIPPED.parent / ".." / "checkpoints" / SHIPPED.name)], "names a checkpoint twice"),
+    (["--ckpts", str(SHIPPED.parent)], f"checkpoint file is a folder, not a file: {SHIPPED.parent}"),
 ])
 def test_bad_arguments_get_one_error_line_and_exit_2(tmp_path, capsys, args, words):
     base = {"--ckpts": [str(SHIPPED)], "--config": ["car.yaml"], "--seeds": ["0", "2"],

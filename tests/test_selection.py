@@ -119,7 +119,7 @@ def test_fit_selects_among_the_kept_checkpoints_and_test_takes_the_choice(tmp_pa
     common = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.eval_episodes", "1"]
     main(["fit", *common, "--trainer.max_steps", "48", "--trainer.val_check_interval", "16",
           "--data.warmup_steps", "50", "--checkpoint.save_top_k", "2",
-          "--selection.episodes", "2", "--selection.seed", "7"])
+          "--selection.episodes", "2", "--selection.seed", "7", "--data.test_seed", "100"])  # apart from test's
     folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
     kept = sorted(p.name for p in folder.glob("best-step*.ckpt"))
     result = json.loads((folder / SELECTION_FILE).read_text())

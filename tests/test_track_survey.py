@@ -188,6 +188,8 @@ def test_an_existing_non_empty_out_folder_is_refused_and_left_as_it_was(tmp_path
     (["--seeds", "5", "5"], "--seeds 5 5"),
     (["--seeds", "0", "2", "--workers", "0"], "--workers 0"),
     (["--seeds", "0", "2", "--ckpt", "missing.ckpt"], "checkpoint file not found"),
+    (["--seeds", "0", "2", "--ckpt", str(SHIPPED.parent)],
+     f"checkpoint file is a folder, not a file: {SHIPPED.parent}; pass an existing .ckpt file to --ckpt"),
     (["--seeds", "0", "2", "--config", "pendulum.yaml"],  # the survey reads the car's state: a car env only
      "drives Pendulum-v1; track_survey and select_driver drive CarRacing tracks: give a config of CarRacingState-v0"),
 ])
