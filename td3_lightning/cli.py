@@ -170,8 +170,8 @@ class SaveRunConfig(SaveConfigCallback):
 
     def check_run_folder(self, trainer: Trainer, config_files: list[str], fit: bool) -> None:
         """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), and a
-        new fit refuses a TensorBoard or CSV log folder that holds another run (a logger version given twice); a
-        resumed fit, or a SLURM job requeued into its job's version, continues there."""
+        new fit refuses a TensorBoard or CSV log folder that holds another run (a logger version given twice), or
+        without a logger a folder that holds a run's files; a resumed fit, or a requeued SLURM job, continues there."""
         log_dir = trainer.log_dir
         if log_dir is None:
             return
@@ -179,16 +179,19 @@ class SaveRunConfig(SaveConfigCallback):
         if target.is_file() and target.resolve() in {Path(f).resolve() for f in config_files}:
             raise UserInputError(f"the run would write its {self.config_filename} over --config {target}; give "
                                  "another --trainer.default_root_dir, or keep your config file elsewhere")
-        if not fit or self.resumed_from or SLURMEnvironment.job_id() is not None:
+        slurm = SLURMEnvironment.job_id() is not None
+        if not fit or self.resumed_from:
             return
         if trainer.logger is None:  # no log folder of its own: the run writes into default_root_dir itself
+            if slurm and any(Path(log_dir).glob("hpc_ckpt_*.ckpt")):  # a requeued job goes on from its hpc_ckpt
+                return
             there = _run_files(trainer, Path(log_dir))
             if there:
                 raise UserInputError(
                     f"{log_dir} already holds {', '.join(there)}, which a run without a logger writes there; give a "
                     "new --trainer.default_root_dir (or keep a logger), or continue that run with --ckpt_path")
             return
-        if not isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)):
+        if slurm or not isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)):  # SLURM: the job's own version
             return
         if target.is_file():
             raise UserInputError(

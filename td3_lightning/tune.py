@@ -523,6 +523,12 @@ def _check_best_config(path: str, config: str) -> None:
         problem = "is a file, not a folder" if target.parent.exists() else "does not exist"
         raise UserInputError(f"--best_config {path}: the folder {target.parent} {problem}; --best_config must be a "
                              "file in an existing folder (create the folder first)")
+    from td3_lightning.cli import CONFIG_DIR
+
+    if (CONFIG_DIR / target.name).is_file() and target.resolve().parent == Path.cwd().resolve():
+        raise UserInputError(f"--best_config {path} has the name of a bundled config: here `--config {target.name}` "
+                             "would read it instead of the bundled one; give another name, e.g. --best_config "
+                             "best_config.yaml")
     if not target.is_file():
         return
     if Path(config).is_file() and os.path.samefile(config, target):

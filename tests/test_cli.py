@@ -118,6 +118,15 @@ def test_a_run_without_a_logger_writes_into_no_folder_that_holds_a_run_or_a_file
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == written
     main(["fit", *tiny, "--trainer.max_steps", "40", "--ckpt_path", "checkpoints/last.ckpt"])  # continuing is fine
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["trainer"]["max_steps"] == 40
+    from td3_lightning import cli
+
+    monkeypatch.setattr(cli.SLURMEnvironment, "job_id", staticmethod(lambda: "4242"))
+    written = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:  # a new SLURM job too (a requeued one has its hpc_ckpt_N.ckpt there)
+        main(["fit", *tiny])
+    assert info.value.code == 2 and "which a run without a logger writes there" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == written
 
 
 def test_a_resume_with_nothing_left_to_train_says_so_and_warnings_are_warning_lines(tmp_path, monkeypatch):

@@ -219,6 +219,10 @@ def test_the_default_space_leaves_tau_out_under_hard_target_updates(tmp_path, mo
          ("error: Lightning refuses trainer.accelerator 'bogus': You selected an invalid accelerator name: "
           "`accelerator='bogus'`. Available names are: ")),
         (["--sampler_seed", "-1"], None, "error: --sampler_seed must be in [0, 4294967295], got -1"),
+        # before: written here, from then on `--config pendulum.yaml` in this folder read it, not the bundled one
+        (["--best_config", "pendulum.yaml"], None,
+         ("error: --best_config pendulum.yaml has the name of a bundled config: here `--config pendulum.yaml` would "
+          "read it instead of the bundled one; give another name, e.g. --best_config best_config.yaml")),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(args, space, message, tmp_path, tmp_path_factory, monkeypatch,
