@@ -47,7 +47,7 @@ from td3_lightning.checkpointing import (
 )
 from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
 from td3_lightning.envs import env_overrides, make_env, trained_on
-from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
+from td3_lightning.errors import DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, yaml_problem
 from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
 from td3_lightning.extensions.teacher import check_teacher
 from td3_lightning.hp_metric import HpMetric
@@ -608,6 +608,8 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
             bare = got.strip().strip("'\"")
             split = (" (the shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"
                      if bare and bare[0] in "{[" and bare.count(bare[0]) > bare.count("}" if bare[0] == "{" else "]") else "")
+            if not split and bare[:1] == "{" and re.search(r"\w:[^\s/]", bare):  # {a:1} is a string to YAML
+                split = " (YAML needs a space after each colon, e.g. '{a: 1, b: 2}')"
             whole = ""
             if whole_number_hint and expected == "an int":
                 try:
@@ -647,8 +649,8 @@ def check_config_file(path: str) -> str:
         return path
     try:
         with open(path, encoding="utf-8") as stream:
-            content = yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
-    except _DuplicateKey as err:
+            content = yaml.load(stream, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except DuplicateKeyError as err:
         raise UserInputError(f"config file {path} gives `{_shown(err.key)}` twice (lines {err.first} and {err.second}): the "
                              "second would silently replace the first; merge them into one") from None
     except UnicodeDecodeError:
@@ -698,29 +700,6 @@ def _short(text: str, most: int = 40) -> str:
     text = " ".join(text.split())
     return text if len(text) <= most else text[:most - 3] + "..."
 
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: Any, first: int, second: int) -> None:
-        super().__init__(key)
-        self.key, self.first, self.second = key, first, second
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a mapping that gives a key twice (which it would resolve to the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        lines: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges, it is no key
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                if key in lines:
-                    raise _DuplicateKey(key, lines[key], key_node.start_mark.line + 1)
-                lines[key] = key_node.start_mark.line + 1
-            except TypeError:  # an unhashable key: PyYAML's own error follows
-                break
-        return super().construct_mapping(node, deep=deep)
 
 
 def _bundled(path: str) -> str:

@@ -1,10 +1,13 @@
-"""The one exception type for bad user input, and the hints of its messages ("did you mean", where YAML broke)."""
+"""The one exception type for bad user input, the hints of its messages ("did you mean", where YAML broke), and
+the YAML loader that refuses a key given twice."""
 
 from __future__ import annotations
 
 import difflib
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 
 class UserInputError(Exception):
@@ -53,3 +56,30 @@ def check_checkpoint_file(path: str | Path, option: str = "--ckpt_path", takes: 
     if not Path(path).is_file():
         problem = "is a folder, not a file" if Path(path).is_dir() else "not found"
         raise UserInputError(f"checkpoint file {problem}: {path}; pass an existing .ckpt file to {option}")
+
+
+class DuplicateKeyError(ValueError):
+    """A YAML mapping gives ``key`` twice, at lines ``first`` and ``second``."""
+
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, raising :class:`DuplicateKeyError` for a mapping that gives a key twice (which it
+    would resolve to the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges, it is no key
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                if key in lines:
+                    raise DuplicateKeyError(key, lines[key], key_node.start_mark.line + 1)
+                lines[key] = key_node.start_mark.line + 1
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                break
+        return super().construct_mapping(node, deep=deep)

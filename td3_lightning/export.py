@@ -111,13 +111,14 @@ def check_out(src: str | Path, out: str | Path, overwrite: bool = False) -> None
     if str(out) == "":
         raise UserInputError("--out must be the file to write, e.g. --out policy.ckpt; got ''")
     target = Path(out).expanduser()
-    if target.is_dir():
+    if target.is_dir() or str(out).endswith(("/", os.sep)):  # `newdir/`: a folder meant, even one not made yet
         raise UserInputError(f"--out {out} is a folder; give the file to write, e.g. --out {target / 'policy.ckpt'}")
     folder = target.parent
     if not folder.is_dir():
         problem = "is a file, not a folder" if folder.exists() else "does not exist"
         raise UserInputError(f"--out {out}: the folder {folder} {problem}; --out must be a file in an existing "
                              "folder (create the folder first)")
+    _check_writable(folder, out)
     if not (target.exists() or target.is_symlink()):
         return
     if target.exists() and Path(src).exists() and os.path.samefile(src, target):
@@ -131,6 +132,12 @@ def check_out(src: str | Path, out: str | Path, overwrite: bool = False) -> None
                              "that file by hand if you no longer need it")
     if not overwrite:
         raise UserInputError(f"--out {out} exists; pass --overwrite to replace it, or choose another --out")
+
+
+def _check_writable(folder: Path, out: str | Path) -> None:
+    """One line unless a file can be written in ``folder`` (read-only, a pseudo file system)."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserInputError(f"--out {out}: cannot write in the folder {folder}; choose a folder you can write to")
 
 
 class _ExportParser(OneLineParser):
@@ -195,9 +202,13 @@ def main(args: list[str] | None = None) -> None:
         check_out(ckpt, ns.out, ns.overwrite)
         if ns.ckpt_path in ("best", "last"):  # said once the input passed every check
             print(f"checkpoint: {ckpt} (--ckpt_path {ns.ckpt_path})")
-        out = export(ckpt, ns.out, fmt)
+        out = Path(export(ckpt, Path(ns.out).expanduser(), fmt))
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:  # writing failed after the checks (a full disk); the atomic write left nothing there
+        print(f"error: --out {ns.out}: could not be written ({err.strerror or err}); free space or choose another "
+              "--out", file=sys.stderr)
         sys.exit(2)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
 

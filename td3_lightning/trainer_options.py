@@ -120,6 +120,10 @@ def check_seed(seed: Any) -> None:
                              f"seed) or false; got {seed}")
 
 
+#: the trainer.precision values TD3 runs with (Lightning's names and their short forms)
+TRAINING_PRECISIONS = ("32", "32-true", "16", "16-mixed", "bf16", "bf16-mixed")
+
+
 def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None) -> None:
     """Raise :class:`UserInputError` naming the first Trainer or checkpoint option out of range."""
     checkpoint = checkpoint or {}
@@ -148,8 +152,18 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
         raise UserInputError(f"trainer.min_steps must be >= 0 training steps (or null: none); got {min_steps}")
     endless = "the replay stream is one endless epoch: trainer.max_steps and trainer.val_check_interval count the steps"
     max_epochs = trainer.get("max_epochs")
-    if max_epochs is not None and max_epochs < 1 and max_epochs != -1:
-        raise UserInputError(f"trainer.max_epochs must be >= 1, -1 or null ({endless}); got {max_epochs}")
+    if max_epochs is not None and max_epochs != -1:
+        raise UserInputError(f"trainer.max_epochs must be null or -1 ({endless}); got {max_epochs}: give "
+                             "--trainer.max_steps instead")
+    for name, none in (("overfit_batches", 0), ("limit_train_batches", 1)):
+        value = trainer.get(name)
+        if value is not None and value != none:
+            raise UserInputError(f"trainer.{name} must be left unset ({endless}, each batch sampled from the "
+                                 f"replay buffer); got {value}: give --trainer.max_steps instead")
+    precision = trainer.get("precision")
+    if precision is not None and str(precision) not in TRAINING_PRECISIONS:
+        raise UserInputError(f"trainer.precision must be 32-true, bf16-mixed or 16-mixed (the env loop and the "
+                             f"replay buffer hold float32, which the networks take); got {precision}")
     every_epochs = trainer.get("check_val_every_n_epoch")
     if every_epochs is not None and every_epochs < 1:
         raise UserInputError(

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from td3_lightning.commands import PROG, OneLineParser, plain_text
-from td3_lightning.errors import UserInputError, did_you_mean, yaml_problem
+from td3_lightning.errors import DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, yaml_problem
 from td3_lightning.trainer_options import SEED_RANGE, check_folder_option
 
 if TYPE_CHECKING:
@@ -69,9 +69,9 @@ _HEARTBEAT_S = 60  # a trial whose process died is marked failed after 2 missed 
 
 
 # ----------------------------------------------------------------------------- the search space
-class _SpaceLoader(yaml.SafeLoader):
+class _SpaceLoader(UniqueKeyLoader):
     """YAML as fit configs read it: ``3e-3`` is a float (YAML 1.1 reads a number with an exponent
-    but no dot as a string)."""
+    but no dot as a string); an entry given twice is refused."""
 
 
 _SpaceLoader.add_implicit_resolver(
@@ -92,6 +92,9 @@ def load_space(path: str | None) -> dict[str, dict[str, Any]]:
                                  "--space")
         try:
             space = yaml.load(file.read_text(encoding="utf-8"), Loader=_SpaceLoader)  # noqa: S506 - a SafeLoader
+        except DuplicateKeyError as err:
+            raise UserInputError(f"space file {path} gives `{err.key}` twice (lines {err.first} and {err.second}): "
+                                 "the second would silently replace the first; keep one") from None
         except UnicodeDecodeError:
             raise UserInputError(f"space file {path} is not a text file; pass a YAML or JSON file of the search "
                                  "space to --space") from None
@@ -131,6 +134,13 @@ def _check_entry(name: str, entry: Any) -> None:
             raise UserInputError(f"{where}: {what} must be a finite {kind}, got {value!r}")
     if not low < high:
         raise UserInputError(f"{where}: low must be below high, got low={low} high={high}")
+    if not isinstance(entry.get("log", False), bool):
+        raise UserInputError(f"{where}: log must be true or false, got {entry['log']!r}")
+    step = entry.get("step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0
+                             or (number is int and int(step) != step)):
+        raise UserInputError(f"{where}: step must be {'an int' if kind == 'int' else 'a float'} above 0 (or left "
+                             f"out), got {step!r}")
     if entry.get("log") and low <= 0:
         raise UserInputError(f"{where}: a log scale needs low > 0, got low={low}")
     if entry.get("log") and entry.get("step") is not None:

@@ -181,13 +181,17 @@ def test_bad_checkpoint_one_line_nothing_written(
         (["--data.batch_size", "0", "--print_config"], None, "error: data.batch_size must be at least 1, got 0"),
         (["--checkpoint.save_top_k", "3"], {"selection": {"episodes": 3, "seed": None}},
          "error: selection.seed must be an integer >= 0, got None"),
+        (["--data.env_kwargs", "{max_torque:2}"], None,
+         "error: invalid value for data.env_kwargs: expected one of dict[str, Any], None, got '{max_torque:2}' (YAML "
+         "needs a space after each colon, e.g. '{a: 1, b: 2}')"),
     ],
     ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "wrong-union", "config-unknown-key",
          "config-wrong-type", "config-unknown-trainer-key", "a-prefix-is-not-the-option", "option-outside-its-group",
          "option-a-prefix-of-others", "unquoted-list", "config-option-outside-its-group",
          "config-subcommand-level", "config-group-inside-another", "config-section-a-number",
          "config-section-a-list", "config-section-no-file", "validation-on-test-seeds", "test-on-validation-seeds",
-         "selection-on-validation-seeds", "print-config-checks-first", "selection-seed-none"],
+         "selection-on-validation-seeds", "print-config-checks-first", "selection-seed-none",
+         "mapping-without-spaces"],
 )
 def test_bad_option_or_config_one_line(args, config, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

@@ -210,6 +210,26 @@ def test_export_to_a_folder_is_one_line_and_writes_nothing(pendulum_ckpt, tmp_pa
     assert _snapshot(tmp_path) == {}
 
 
+def test_export_to_a_folder_not_made_yet_or_one_that_cannot_be_written_is_one_line(pendulum_ckpt, tmp_path, cli_env):
+    proc = _export(["--ckpt_path", str(pendulum_ckpt), "--out", "exports/"], tmp_path, cli_env)
+    assert proc.returncode == 2  # before: a file named `exports`
+    assert proc.stderr == ("error: --out exports/ is a folder; give the file to write, e.g. --out "
+                           "exports/policy.ckpt\n")
+    proc = _export(["--ckpt_path", str(pendulum_ckpt), "--out", "/proc/policy.ckpt"], tmp_path, cli_env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1  # before: a FileNotFoundError traceback
+    assert proc.stderr.startswith("error: --out /proc/policy.ckpt: ") and "choose" in proc.stderr
+    assert _snapshot(tmp_path) == {}
+
+
+def test_export_to_the_home_folder_says_where_it_wrote(pendulum_ckpt, tmp_path, cli_env):
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = _export(["--ckpt_path", str(pendulum_ckpt), "--out", "~/policy.ckpt"], tmp_path, {**cli_env, "HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr[-2000:]  # before: written, then a FileNotFoundError for `~/policy.ckpt`
+    assert proc.stdout.strip().splitlines()[-1].startswith(f"wrote {home / 'policy.ckpt'} (")
+    assert (home / "policy.ckpt").is_file() and not (tmp_path / "~").exists()
+
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 

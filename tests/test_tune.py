@@ -219,6 +219,16 @@ def test_the_default_space_leaves_tau_out_under_hard_target_updates(tmp_path, mo
          ("error: Lightning refuses trainer.accelerator 'bogus': You selected an invalid accelerator name: "
           "`accelerator='bogus'`. Available names are: ")),
         (["--sampler_seed", "-1"], None, "error: --sampler_seed must be in [0, 4294967295], got -1"),
+        # before: Optuna's traceback, after the study's database was made; `log: 'no'` searched a log scale
+        ([], {"model.tau": {"type": "float", "low": 0.001, "high": 0.01, "step": -1}},
+         "error: space entry model.tau: step must be a float above 0 (or left out), got -1"),
+        ([], {"data.batch_size": {"type": "int", "low": 64, "high": 256, "step": 0.5}},
+         "error: space entry data.batch_size: step must be an int above 0 (or left out), got 0.5"),
+        ([], {"model.tau": {"type": "float", "low": 0.001, "high": 0.01, "log": "no"}},
+         "error: space entry model.tau: log must be true or false, got 'no'"),
+        ([], "model.tau: {type: float, low: 0.001, high: 0.01}\nmodel.tau: {type: float, low: 0.002, high: 0.02}\n",
+         "error: space file SPACE gives `model.tau` twice (lines 1 and 2): the second would silently replace the "
+         "first; keep one"),
         # before: written here, from then on `--config pendulum.yaml` in this folder read it, not the bundled one
         (["--best_config", "pendulum.yaml"], None,
          ("error: --best_config pendulum.yaml has the name of a bundled config: here `--config pendulum.yaml` would "
@@ -230,13 +240,14 @@ def test_bad_input_is_one_line_and_writes_nothing(args, space, message, tmp_path
     extra = []
     if space is not None:
         file = tmp_path_factory.mktemp("space") / "space.yaml"
-        file.write_text(yaml.safe_dump(space))
+        file.write_text(space if isinstance(space, str) else yaml.safe_dump(space))  # text: as written by hand
         extra = ["--space", str(file)]
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as info:
         main(["tune", "--config", "pendulum.yaml", *TINY, *extra, *args])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip()
+    message = message.replace("SPACE", str(extra[-1]) if extra else "")
     assert err == message or (message.endswith(": ") and err.startswith(message) and "\n" not in err), err
     assert list(tmp_path.iterdir()) == []
 
