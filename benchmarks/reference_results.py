@@ -66,11 +66,18 @@ def latest_last_ckpt(folder: Path) -> Path:
     return found[-1]
 
 
+def _refuse(message: str) -> None:
+    """Bad input: one ``error:`` line, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 #: the fit options that ``run`` sets for each seed, which a passed-through option must not replace
 RUN_SETS = {"--seed_everything": "is set by run itself (from --seeds)",
             "--trainer.default_root_dir": "is set by run itself (runs/<name>/seed<S>)",
             "--ckpt_path": "is set by run itself (a seed with a last.ckpt continues from it)",
-            "--trainer.logger": "must stay the default: run finds each seed's checkpoints and tests under lightning_logs",
+            "--trainer.logger":
+                "must stay the default: run finds each seed's checkpoints and tests under lightning_logs",
             "--checkpoint.dirpath": "must stay the default: run finds each seed's checkpoints under lightning_logs"}
 
 
@@ -88,10 +95,9 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
     folders = [ROOT / name / f"seed{seed}" for seed in seeds]
     kept = [summary_path(name, f) for f in folders if seed_state(f) == "new" and summary_path(name, f).exists()]
     if kept and not overwrite:
-        print(f"error: {', '.join(map(str, kept))} already summarise{'s' if len(kept) == 1 else ''} a run of {name}; "
-              f"a new run would replace {'it' if len(kept) == 1 else 'them'}: give other --seeds, another --name, or "
-              "--overwrite", file=sys.stderr)
-        sys.exit(2)
+        _refuse(f"{', '.join(map(str, kept))} already summarise{'s' if len(kept) == 1 else ''} a run of {name}; "
+                f"a new run would replace {'it' if len(kept) == 1 else 'them'}: give other --seeds, another --name, or "
+                "--overwrite")
     for seed in seeds:
         folder = ROOT / name / f"seed{seed}"
         state = seed_state(folder)
@@ -297,11 +303,6 @@ def _seeds_label(name: str, seeds: list[int]) -> str:
     return f"{name} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"
 
 
-def _refuse(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def _check_out(out: Path, overwrite: bool) -> None:
     """``--out`` is an image file name with a type matplotlib writes, and no file there unless ``overwrite``."""
     from matplotlib.backend_bases import FigureCanvasBase
@@ -336,9 +337,8 @@ def compare(panels: list[str], out: Path, max_steps: int | None = None, overwrit
         unknown = [n for n in names if n not in summaries]
         if not title or not names or unknown:
             missing = f"no summary of {', '.join(unknown)}; " if unknown else ""
-            print(f"error: --panel {panel}: {missing}give TITLE=NAME,NAME,... with names of {SUMMARIES}/<NAME>/ "
-                  f"({', '.join(summaries) or 'none yet'})", file=sys.stderr)
-            sys.exit(2)
+            _refuse(f"--panel {panel}: {missing}give TITLE=NAME,NAME,... with names of {SUMMARIES}/<NAME>/ "
+                    f"({', '.join(summaries) or 'none yet'})")
         parsed.append((title, names))
     fig, axes = plt.subplots(1, len(parsed), figsize=(5 * len(parsed), 3.5), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

@@ -64,10 +64,9 @@ def check_args(args: argparse.Namespace) -> None:
     from td3_lightning.errors import UserInputError, check_checkpoint_file
 
     track_survey.check_seeds_and_workers(args.seeds, args.workers)
-    for ckpt in args.ckpts:
-        check_checkpoint_file(ckpt, "--ckpts", "each candidate is a .ckpt file")
     given: dict[Path, str] = {}  # each file, resolved, as first named
     for ckpt in args.ckpts:
+        check_checkpoint_file(ckpt, "--ckpts", "each candidate is a .ckpt file")
         resolved = Path(ckpt).resolve()
         if resolved in given:
             first = given[resolved]

@@ -651,8 +651,9 @@ def check_config_file(path: str) -> str:
         with open(path, encoding="utf-8") as stream:
             content = yaml.load(stream, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except DuplicateKeyError as err:
-        raise UserInputError(f"config file {path} gives `{_shown(err.key)}` twice (lines {err.first} and {err.second}): the "
-                             "second would silently replace the first; merge them into one") from None
+        raise UserInputError(f"config file {path} gives `{_shown(err.key)}` twice (lines {err.first} and "
+                             f"{err.second}): the second would silently replace the first; merge them into "
+                             "one") from None
     except UnicodeDecodeError:
         raise UserInputError(f"config file {path} is not a text file; pass a YAML file to --config") from None
     except yaml.YAMLError as err:
@@ -661,14 +662,22 @@ def check_config_file(path: str) -> str:
         raise UserInputError(f"config file {path} is empty (or only comments): write the options in it as YAML, "
                              + _CONFIG_EXAMPLE)
     if not isinstance(content, dict):
-        raise UserInputError(f"config file {path} holds {type(content).__name__} {_short(str(content))!r}, not options: write them "
-                             "as YAML sections, " + _CONFIG_EXAMPLE)
+        raise UserInputError(f"config file {path} holds {type(content).__name__} {_short(str(content))!r}, not "
+                             "options: write them as YAML sections, " + _CONFIG_EXAMPLE)
     _check_sections(path, content)
     return path
 
 
-#: the sections of a config file that hold a group's options (a mapping, or the name of a file that holds one)
-CONFIG_SECTIONS = ("trainer", "model", "data", "checkpoint", "progress_bar", "learning_curve", "selection")
+
+
+#: the sections of a config file that hold a group's options (a mapping, or the name of a file that holds one),
+#: each with the example that the lines refusing one give
+_SECTION_EXAMPLE = {"trainer": "trainer: {max_steps: 20000}", "model": "model: {gamma: 0.98}",
+                    "data": "data: {batch_size: 256}", "checkpoint": "checkpoint: {save_top_k: 5}",
+                    "progress_bar": "progress_bar: {refresh_seconds: 1.0}",
+                    "learning_curve": "learning_curve: {filename: ''} for no plot",
+                    "selection": "selection: {episodes: 500}"}
+CONFIG_SECTIONS = tuple(_SECTION_EXAMPLE)
 
 
 def _check_sections(path: str, content: dict[str, Any], within: str = "") -> None:
@@ -687,19 +696,12 @@ def _check_sections(path: str, content: dict[str, Any], within: str = "") -> Non
                                  f"options; write the {key} options under it (e.g. {_SECTION_EXAMPLE[key]})")
 
 
-#: an example of each section of :data:`CONFIG_SECTIONS`, for the lines that refuse one
-_SECTION_EXAMPLE = {"trainer": "trainer: {max_steps: 20000}", "model": "model: {gamma: 0.98}",
-                    "data": "data: {batch_size: 256}", "checkpoint": "checkpoint: {save_top_k: 5}",
-                    "progress_bar": "progress_bar: {refresh_seconds: 1.0}",
-                    "learning_curve": "learning_curve: {filename: ''} for no plot",
-                    "selection": "selection: {episodes: 500}"}
 
 
 def _short(text: str, most: int = 40) -> str:
     """``text`` on one line, cut to ``most`` characters with ``...``."""
     text = " ".join(text.split())
     return text if len(text) <= most else text[:most - 3] + "..."
-
 
 
 def _bundled(path: str) -> str:

@@ -6,19 +6,21 @@ becomes the run's ``best`` (``--ckpt_path best``, what ``validate``, ``test`` an
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import numpy as np
 import torch
 
 from td3_lightning.checkpointing import SELECTION_FILE, atomic_path
+from td3_lightning.data import ReplayDataModule
 from td3_lightning.errors import UserInputError
 from td3_lightning.evaluation import numpy_policy, run_episode
 
@@ -44,37 +46,45 @@ def check_selection_options(options: Mapping[str, Any], checkpoint: Mapping[str,
                              "several, e.g. --checkpoint.save_top_k 5, or set --selection.episodes 0")
 
 
-#: the episodes of a fit, by env seed: (what they are, the option of their first seed, its default, their count's)
-SEED_RANGES = (("validation", "data.eval_seed", 1_000, "data.eval_episodes"),
-               ("selection", "selection.seed", 2_000_000, "selection.episodes"),
-               ("test", "data.test_seed", 0, "data.test_episodes"))
+#: the episodes of a fit, by env seed: what they are, their option group, and its options of the first seed and count
+SEED_RANGES = (("validation", "data", "eval_seed", "eval_episodes"), ("selection", "selection", "seed", "episodes"),
+               ("test", "data", "test_seed", "test_episodes"))
+
+
+class _Episodes(NamedTuple):
+    name: str
+    option: str  # of the first seed
+    default: int  # of that option
+    start: int
+    count: int
+
+    def overlaps(self, start: int, count: int) -> bool:
+        return self.start < start + count and start < self.start + self.count
 
 
 def check_seed_ranges(options: Mapping[str, Mapping[str, Any]]) -> None:
     """A fit's validation, selection and test episodes share no env seed (``options``: the parsed ``data`` and
     ``selection`` groups), so that no checkpoint is chosen on the episodes that test it; one line names the fix."""
-    ranges = []
-    for name, seed_option, default, count_option in SEED_RANGES:
-        group, seed_key = seed_option.split(".")
-        count = options[group][count_option.split(".")[1]] if options.get(group) is not None else 0
-        if count:
-            ranges.append((name, seed_option, default, options[group][seed_key], count))
-
-    def clear(start: int, count: int, of: str) -> bool:
-        return all(start >= s + n or s >= start + count for name, _, _, s, n in ranges if name != of)
-
+    owners = {"data": ReplayDataModule, "selection": CheckpointSelection}
+    ranges = [_Episodes(name, f"{group}.{seed}", inspect.signature(owners[group]).parameters[seed].default,
+                        options[group][seed], options[group][count])
+              for name, group, seed, count in SEED_RANGES if options.get(group) is not None and options[group][count]]
     for i, first in enumerate(ranges):
         for second in ranges[i + 1:]:
-            if first[3] < second[3] + second[4] and second[3] < first[3] + first[4]:
-                moved, kept = (second, first) if first[3] == first[2] and second[3] != second[2] else (first, second)
-                name, option, default, start, count = moved
-                free = next((s for s in (default, *(s + n for *_, s, n in ranges)) if clear(s, count, name)), None)
-                why = ("checkpoints would be chosen on the episodes that test them" if "test" in (name, kept[0])
-                       else "the selection would replay the validation's own episodes")
-                raise UserInputError(
-                    f"the {name} episodes ({option} {start}: seeds {start}-{start + count - 1}) share env seeds with "
-                    f"the {kept[0]} episodes ({kept[1]} {kept[3]}: seeds {kept[3]}-{kept[3] + kept[4] - 1}), so {why};"
-                    f" move them apart" + (f", e.g. --{option} {free}" if free is not None else ""))
+            if not first.overlaps(second.start, second.count):
+                continue
+            at_default = first.start == first.default and second.start != second.default  # move the one set
+            moved, kept = (second, first) if at_default else (first, second)
+            others = [r for r in ranges if r is not moved]
+            free = next((s for s in (moved.default, *(r.start + r.count for r in ranges))
+                         if not any(r.overlaps(s, moved.count) for r in others)), None)
+            why = ("checkpoints would be chosen on the episodes that test them" if "test" in (moved.name, kept.name)
+                   else "the selection would replay the validation's own episodes")
+            raise UserInputError(
+                f"the {moved.name} episodes ({moved.option} {moved.start}: seeds {moved.start}-"
+                f"{moved.start + moved.count - 1}) share env seeds with the {kept.name} episodes ({kept.option} "
+                f"{kept.start}: seeds {kept.start}-{kept.start + kept.count - 1}), so {why}; move them apart"
+                + (f", e.g. --{moved.option} {free}" if free is not None else ""))
 
 
 def rank_key(summary: Mapping[str, Any]) -> tuple[float, float]:
