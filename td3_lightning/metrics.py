@@ -21,10 +21,12 @@ class EpisodeMetrics(nn.Module):
         self.val_length.update(batch["length"])
 
     def update_test(self, batch: dict[str, Tensor]) -> None:
-        self.test_returns.update(batch["return"])
-        self.test_lengths.update(batch["length"])
+        # each value 1-d: a rank with a single episode would otherwise gather a 0-d state under DDP,
+        # which torchmetrics cannot size against the other ranks' 1-d ones
+        self.test_returns.update(batch["return"].reshape(-1))
+        self.test_lengths.update(batch["length"].reshape(-1))
         self.test_seconds.update(batch["seconds"])
-        self.test_successes.update(batch.get("success", torch.tensor(float("nan"))))
+        self.test_successes.update(batch.get("success", torch.tensor(float("nan"))).reshape(-1))
 
     def compute_test(self) -> tuple[dict[str, Tensor | float], dict[str, list[float]]]:
         """The ``test/*`` metrics and the episodes (``episode_returns``, ``episode_lengths``, and

@@ -78,19 +78,20 @@ def test_checkpoint_holds_every_ranks_replay_and_resume_is_exact(ddp_runs):
     assert "resumed mid-episode" not in (ddp_runs / "resume_stderr.txt").read_text()
 
 
-def test_test_splits_episodes_over_ranks_and_gathers_them(ddp_runs, cli_env):
+@pytest.mark.parametrize("episodes", [5, 3])  # 3: one rank plays a single episode
+def test_test_splits_episodes_over_ranks_and_gathers_them(ddp_runs, cli_env, episodes):
     ckpt = str(ddp_runs / "A/lightning_logs/version_0/checkpoints/last.ckpt")
-    args = ["--config", "pendulum.yaml", "--data.test_episodes", "5", "--ckpt_path", ckpt]
+    args = ["--config", "pendulum.yaml", "--data.test_episodes", str(episodes), "--ckpt_path", ckpt]
     _run(["test", *args, "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
-          "--trainer.default_root_dir", "T2"], ddp_runs, cli_env)
-    _run(["test", *args, "--trainer.default_root_dir", "T1"], ddp_runs, cli_env)
-    two = json.loads(next((ddp_runs / "T2").rglob("test_results.json")).read_text())
-    one = json.loads(next((ddp_runs / "T1").rglob("test_results.json")).read_text())
-    assert two["test/episodes"] == one["test/episodes"] == 5  # seeds 0..4, each played once
+          "--trainer.default_root_dir", f"T2_{episodes}"], ddp_runs, cli_env)
+    _run(["test", *args, "--trainer.default_root_dir", f"T1_{episodes}"], ddp_runs, cli_env)
+    two = json.loads(next((ddp_runs / f"T2_{episodes}").rglob("test_results.json")).read_text())
+    one = json.loads(next((ddp_runs / f"T1_{episodes}").rglob("test_results.json")).read_text())
+    assert two["test/episodes"] == one["test/episodes"] == episodes  # seeds 0..episodes-1, each played once
     for key in ("test/return", "test/return_min", "test/return_max", "test/return_std"):
         assert two[key] == pytest.approx(one[key], rel=1e-6), key
     # every rank's episodes reach the file (rank by rank, so compared as sorted lists)
-    assert len(two["episode_returns"]) == 5
+    assert len(two["episode_returns"]) == episodes
     assert sorted(two["episode_returns"]) == pytest.approx(sorted(one["episode_returns"]), rel=1e-6)
 
 
