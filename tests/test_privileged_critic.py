@@ -281,6 +281,20 @@ def test_teacher_options_out_of_range_get_one_line(kwargs, message):
         TD3([2], [-1.0], [1.0], teacher="t.ckpt", **kwargs)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(obs_shape=[2], random_shift=2), r"model.random_shift shifts image observations, and these are vectors "
+                                          r"of shape \(2,\)"),
+    (dict(obs_shape=[2], critic_obs_shape=[3], state_prediction=1.0), "model.state_prediction trains the actor's CNN"),
+    (dict(obs_shape=[3, 64, 64], state_prediction=1.0), "needs image observations and data.privileged_critic true"),
+])
+def test_image_only_options_on_observations_they_cannot_act_on_get_one_line(kwargs, message):
+    with pytest.raises(UserInputError, match=message):
+        TD3(action_low=[-1.0], action_high=[1.0], **kwargs)
+    for name in ("random_shift", "state_prediction"):  # off, the same observations are fine
+        kwargs[name] = 0
+    TD3(action_low=[-1.0], action_high=[1.0], **kwargs)
+
+
 def test_teacher_that_reads_another_observation_or_no_file_gets_one_line(tmp_path):
     from td3_lightning.extensions.teacher import load_teacher
 

@@ -113,7 +113,14 @@ def check_extension_options(hp: Mapping[str, Any]) -> None:
 def check_extension_spaces(hp: Mapping[str, Any]) -> None:
     """One clear line for an extension that the env's observations (``obs_shape``, ``critic_obs_shape``) do not
     allow."""
+    images = len(hp["obs_shape"]) == 3
     rules = [
+        (not hp["random_shift"] or images,
+         f"model.random_shift shifts image observations, and these are vectors of shape {tuple(hp['obs_shape'])}; "
+         "set model.random_shift 0"),
+        (not hp["state_prediction"] or (images and hp["critic_obs_shape"] is not None),
+         "model.state_prediction trains the actor's CNN to predict the privileged observation: it needs image "
+         "observations and data.privileged_critic true; set model.state_prediction 0"),
         (hp["teacher"] is None or hp["critic_obs_shape"] is not None,
          "model.teacher needs a privileged observation for the teacher to read: set data.privileged_critic true "
          "(with an env that offers info['privileged_obs'])"),
