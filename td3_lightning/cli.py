@@ -261,7 +261,7 @@ class TD3CLI(LightningCLIHooks):
             raise UserInputError(one_line_parse_error(str(err), cli_option_names(self, args),
                                                       whole_number_hint=True)) from None
         subcommand = self.config.get("subcommand")
-        check_options(self.config[subcommand] if subcommand else self.config, fit=subcommand in ("fit", None))
+        check_options(self.config[subcommand] if subcommand else self.config, subcommand or "fit")
         self._given_model_options = given_model_options(argv)
         self._ckpt_on_command_line = any(a == "--ckpt_path" or a.startswith("--ckpt_path=") for a in argv)
 
@@ -510,11 +510,12 @@ def _as_dict(options: Any) -> dict[str, Any]:
     return options.as_dict() if hasattr(options, "as_dict") else dict(options)
 
 
-def check_options(config: Any, fit: bool = True) -> None:
+def check_options(config: Any, subcommand: str = "fit") -> None:
     """Every option of a parsed ``fit``, ``validate`` or ``test`` config (the subcommand's section) that can be
     checked without an env: the option groups' own checks (:data:`OPTION_CHECKS`), the Trainer and checkpoint
     options (:func:`check_trainer_options`), ``seed_everything`` and, for ``fit``, whether a selection has
     checkpoints to choose among; one-line :class:`UserInputError`."""
+    fit = subcommand == "fit"
     for group, check in OPTION_CHECKS.items():
         if config.get(group) is not None:
             check(_as_dict(config[group]))
@@ -522,6 +523,11 @@ def check_options(config: Any, fit: bool = True) -> None:
         check_buffer_device(_as_dict(config["data"]))
     trainer, checkpoint = _as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {})
     check_trainer_options(trainer, checkpoint)
+    stage_limit = {"validate": ("limit_val_batches", "eval_episodes"), "test": ("limit_test_batches", "test_episodes")}
+    if subcommand in stage_limit and trainer.get(stage_limit[subcommand][0]) in (0, 0.0):
+        name, episodes = stage_limit[subcommand]
+        raise UserInputError(f"trainer.{name} 0 leaves {subcommand} no episode to play; leave it unset and give "
+                             f"the number of episodes with --data.{episodes} (a batch is one episode)")
     if config.get("selection") is not None:  # fit: also whether there are checkpoints to choose among
         check_selection_options(_as_dict(config["selection"]), checkpoint if fit else None,
                                 trainer.get("enable_checkpointing"))
