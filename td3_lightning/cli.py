@@ -466,6 +466,10 @@ class TD3CLI(LightningCLIHooks):
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments
             raise lightning_refusal(err, "trainer", _as_dict(config)) from None
+        # the episodes this subcommand plays, checked before any process is started or anything written
+        stage = "test" if self.subcommand == "test" else "val"
+        if stage == "test" or trainer.limit_val_batches != 0:  # fit may leave validation out
+            self.datamodule.check_episodes(stage, trainer.world_size)
         for callback in trainer.callbacks:
             if isinstance(callback, SaveRunConfig):
                 section = self.config[self.subcommand] if self.subcommand else self.config

@@ -388,9 +388,7 @@ class ReplayDataModule(L.LightningDataModule):
         video_dir = Path(trainer.log_dir or ".") / "videos"
         tensorboard = False
 
-        if record > 0 and (problem := self.render_problem()) is not None:
-            raise UserInputError(f"data.record_{stage}: {self.env_id} cannot render frames here ({problem}); "
-                                 f"{RENDER_FIX}, or set data.record_{stage} 0")
+        self.check_episodes(stage, trainer.world_size)
 
         def plan() -> int:  # at the start of each pass: how many episodes to render
             nonlocal tensorboard
@@ -407,11 +405,6 @@ class ReplayDataModule(L.LightningDataModule):
 
         # under DDP the episodes are split over the ranks; the metrics gather them
         world, rank = trainer.world_size, trainer.global_rank
-        if n < world:
-            raise UserInputError(
-                f"data.{stage if stage == 'test' else 'eval'}_episodes ({n}) must be at least the number of processes "
-                f"({world}): each process plays its share of the episodes"
-            )
         stream = EpisodeStream(
             lambda: env,
             self.policy(),
@@ -421,6 +414,18 @@ class ReplayDataModule(L.LightningDataModule):
             on_video=on_video,
         )
         return DataLoader(stream, batch_size=None, num_workers=0)
+
+    def check_episodes(self, stage: str, world_size: int) -> None:
+        """One line for the episodes of ``stage`` (val or test) that cannot be played: fewer than the
+        ``world_size`` processes that share them, or recorded where the env cannot render."""
+        option, n, record = (("test_episodes", self.test_episodes, self.record_test) if stage == "test"
+                             else ("eval_episodes", self.eval_episodes, self.record_val))
+        if n < world_size:
+            raise UserInputError(f"data.{option} ({n}) must be at least the number of processes ({world_size}): "
+                                 "each process plays its share of the episodes")
+        if record > 0 and (problem := self.render_problem()) is not None:
+            raise UserInputError(f"data.record_{stage}: {self.env_id} cannot render frames here ({problem}); "
+                                 f"{RENDER_FIX}, or set data.record_{stage} 0")
 
     def _val_run_logs_video(self) -> bool:
         """Whether the validation run starting now sends its first episode to TensorBoard."""

@@ -318,6 +318,16 @@ VAL_CHECK = ('error: trainer.val_check_interval must be a number of training ste
                                       "are not images (shape (3,)); leave it unset"),
         (["--trainer.max_steps", "1e3"], "error: invalid value for trainer.max_steps: expected an int, got '1000.0' "
                                          "(a float: write the whole number as 1000)"),
+        # what the episodes need, checked once the Trainer knows its processes (before: once per rank, after the
+        # run folder was made, and the render problem only at the first validation)
+        (["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+          "--data.eval_episodes", "1"],
+         "error: data.eval_episodes (1) must be at least the number of processes (2): each process plays its share "
+         "of the episodes"),
+        (["--data.env_id", "td3test/NoDisplay-v0", "--data.record_val", "1"],
+         "error: data.record_val: td3test/NoDisplay-v0 cannot render frames here (RuntimeError: an OpenGL platform "
+         "library has not been loaded into this process); for MuJoCo without a display set MUJOCO_GL=egl (or osmesa) "
+         "before starting, or set data.record_val 0"),
     ],
 )
 def test_trainer_and_data_options_out_of_range_stop_before_anything_is_written(args, line, tmp_path, monkeypatch,
