@@ -221,10 +221,11 @@ def _cli_class(instantiate: bool) -> type:
     return Unseeded
 
 
-def dry_run(base: list[str]) -> None:
-    """Build what a trial builds from ``base`` (env, model, callbacks, Trainer) and run nothing: what fit refuses
-    only while building (an env's keyword arguments, a Trainer argument Lightning refuses) is said before the study
-    is opened or anything is written."""
+def dry_run(base: list[str], space: dict[str, dict[str, Any]] | None = None) -> None:
+    """Build what a trial builds from ``base`` (env, model, callbacks, Trainer) and run nothing, then again with
+    each edge of each ``space`` entry (:func:`_bounds`): what fit refuses only while building (an env's keyword
+    arguments, an env the model cannot drive, a Trainer argument Lightning refuses) is said before the study is
+    opened or anything is written."""
     from td3_lightning.cli import RANK_ZERO_LOGS
 
     quiet = [logging.getLogger(name) for name in RANK_ZERO_LOGS]  # "GPU available" and such: the trials say them
@@ -233,6 +234,13 @@ def dry_run(base: list[str]) -> None:
         log.setLevel(logging.WARNING)
     try:
         _build_cli(base, seed=False)
+        for name, entry in (space or {}).items():
+            for which, value in _bounds(entry):
+                try:
+                    _build_cli([*base, *as_args({name: value})], seed=False)
+                except UserInputError as err:
+                    raise UserInputError(f"space entry {name}: a trial with {which} {value!r} would be refused ({err});"
+                                         " keep the space to values fit takes") from None
     finally:
         for log, level in zip(quiet, levels):
             log.setLevel(level)
@@ -578,7 +586,7 @@ def tune(argv: list[str]) -> None:
         del space["model.tau"]  # hard target updates (the TD7 configs): the Polyak rate tau is not used
     check_space(parse_only, base, space)
     check_budget(parse_only, space)
-    dry_run(base)  # what fit checks while it builds env, model and Trainer
+    dry_run(base, space)  # what fit checks while it builds env, model and Trainer, at each edge of the space
     study_name = ns.study_name or Path(ns.config).stem
     study_dir = Path(ns.study_dir or Path("tune") / study_name)
     fingerprint = search_values(parse_only, space)

@@ -218,6 +218,16 @@ def test_the_default_space_leaves_tau_out_under_hard_target_updates(tmp_path, mo
         (["--trainer.accelerator", "bogus"], None,
          ("error: Lightning refuses trainer.accelerator 'bogus': You selected an invalid accelerator name: "
           "`accelerator='bogus'`. Available names are: ")),
+        # what fit refuses only while a trial builds env and model: each edge of the space is built first
+        # (before: the first trial to draw it failed with Optuna's report)
+        ([], {"data.env_id": {"type": "categorical", "choices": ["Pendulum-v1", "CartPole-v1"]}},
+         ("error: space entry data.env_id: a trial with choice 'CartPole-v1' would be refused ('CartPole-v1' has a "
+          "Discrete(2) action space; TD3 needs a continuous Box action space (for LunarLander-v3 set data.env_kwargs "
+          "'{continuous: true}')); keep the space to values fit takes")),
+        ([], {"model.random_shift": {"type": "int", "low": 0, "high": 4}},
+         ("error: space entry model.random_shift: a trial with high 4 would be refused (model.random_shift shifts "
+          "image observations, and these are vectors of shape (3,); set model.random_shift 0); keep the space to "
+          "values fit takes")),
         (["--sampler_seed", "-1"], None, "error: --sampler_seed must be in [0, 4294967295], got -1"),
         # before: Optuna's traceback, after the study's database was made; `log: 'no'` searched a log scale
         ([], {"model.tau": {"type": "float", "low": 0.001, "high": 0.01, "step": -1}},
