@@ -357,13 +357,7 @@ class TD3CLI(LightningCLIHooks):
                     "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
                     + trained_on(facts["env"], env_id, self.datamodule.env_kwargs, facts["model"])
                 )
-        privileged, ours = facts["privileged"], self.datamodule.critic_obs_shape is not None
-        if privileged is not None and privileged != ours:
-            raise UserInputError(
-                f"checkpoint {path} was trained with data.privileged_critic {str(privileged).lower()} (its critics "
-                f"read {'a privileged state' if privileged else 'the observation'}); set data.privileged_critic "
-                f"{str(privileged).lower()}"
-            )
+        self._check_privileged_critic(self.datamodule.critic_obs_shape is not None)
         bounds = facts["action_bounds"]
         if bounds is not None and [list(b) for b in bounds] != [list(spec.action_low), list(spec.action_high)]:
             raise UserInputError(
@@ -389,6 +383,17 @@ class TD3CLI(LightningCLIHooks):
                 rank_zero_warn(f"checkpoint {path} was trained on {env_id} with other data.env_kwargs than this "
                                f"{self.subcommand}'s: add {' '.join(overrides)} {purpose}")
 
+    def _check_privileged_critic(self, ours: bool) -> None:
+        """The checkpoint's critics read what this run's would (``ours``: a privileged state)."""
+        facts = self._ckpt_facts or {}
+        privileged = facts.get("privileged")
+        if privileged is not None and privileged != ours:
+            raise UserInputError(
+                f"checkpoint {facts['path']} was trained with data.privileged_critic {str(privileged).lower()} (its "
+                f"critics read {'a privileged state' if privileged else 'the observation'}); set "
+                f"data.privileged_critic {str(privileged).lower()}"
+            )
+
     def before_instantiate_classes(self) -> None:
         """What ``model.compile_mode cudagraphs`` and ``model.policy_checkpoints`` need, checked for ``fit`` (and
         tune's trials) before any env is made or anything is written."""
@@ -411,8 +416,8 @@ class TD3CLI(LightningCLIHooks):
             raise
 
     def _check_checkpoint_observations(self) -> None:
-        """The checkpoint's observation shape against the configured env's, when the model could not be
-        built from the checkpoint's hyperparameters (e.g. the pixel driver with the state env's config)."""
+        """The checkpoint's observation shape and privileged critic against the configured env's, when the model
+        could not be built from the checkpoint's hyperparameters (e.g. the pixel driver with the state env's config)."""
         facts, subcommand = self._ckpt_facts, self.config.get("subcommand")
         if facts is None or facts.get("obs_shape") is None or not subcommand:
             return
@@ -430,6 +435,7 @@ class TD3CLI(LightningCLIHooks):
                 "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
                 + trained_on(facts["env"], env_id, dict(data.get("env_kwargs") or {}), facts["model"])
             ) from None
+        self._check_privileged_critic(bool(data.get("privileged_critic")))
 
     def set_seed(self, seed: Any) -> None:
         # seed_everything true: a seed drawn here (Lightning's own draw is always 0), recorded in the saved config;

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from td3_lightning import _lightning
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
-from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env
+from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env, training_aids_set
 from td3_lightning.errors import UserInputError
 from td3_lightning.evaluation import EpisodeStream, Policy, numpy_policy
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer
@@ -196,6 +196,10 @@ class ReplayDataModule(L.LightningDataModule):
         try:
             self.spec: EnvSpec = check_spaces(probe, env_id)
             self._critic_obs_shape = privileged_shape(probe, env_id) if privileged_critic else None
+            if aids := training_aids_set(probe, env_id, self.env_kwargs):
+                rank_zero_warn(f"data.env_kwargs sets {', '.join(aids)}, training aids of {env_id}: validation and "
+                               "test play by those changed rules too, so val/return is not the env's score; give "
+                               "them in data.train_env_kwargs")
         finally:
             probe.close()
         self.privileged_critic = privileged_critic

@@ -874,3 +874,31 @@ def test_a_closed_lap_is_reported_as_gymnasiums_is_success():
     coasting = run_episode(env, lambda obs: np.zeros(2, dtype=np.float32), seed=3)
     assert coasting["success"] == 0.0 and coasting["length"] == 500  # the time limit, lap open
     assert math.isnan(run_episode(gym.make("Pendulum-v1"), lambda obs: np.zeros(1, np.float32), seed=0)["success"])
+
+
+def test_a_training_aid_in_the_evaluations_env_kwargs_is_warned_of():
+    import warnings
+
+    from td3_lightning.data import ReplayDataModule
+    from td3_lightning.envs import training_aids_set
+
+    assert set(CarRacingState.TRAINING_AIDS) <= set(inspect_keywords(CarRacingState))  # each one a real keyword
+    with pytest.warns(UserWarning, match=r"^data.env_kwargs sets max_stall_frames, frame_penalty, training aids of "
+                                         r"CarRacingState-v0: validation and test play by those changed rules too, "
+                                         r"so val/return is not the env's score; give them in data.train_env_kwargs$"):
+        ReplayDataModule("CarRacingState-v0", env_kwargs={"max_stall_frames": 50, "frame_penalty": 0.1,
+                                                          "action_repeat": 2})
+    with warnings.catch_warnings():  # at their defaults, or given to the training env only: nothing to say
+        warnings.simplefilter("error")
+        ReplayDataModule("CarRacingState-v0", env_kwargs={"frame_penalty": 0.0, "action_repeat": 2},
+                         train_env_kwargs={"max_stall_frames": 50})
+    env = gym.make("CarRacingState-v0")
+    assert training_aids_set(env, "CarRacingState-v0", {"recovery_starts": 0.1, "aid_features": True}) == [
+        "recovery_starts"]  # the aid features only add what the aids charge to the observation
+    env.close()
+
+
+def inspect_keywords(cls: type) -> list[str]:
+    import inspect
+
+    return list(inspect.signature(cls.__init__).parameters)

@@ -165,6 +165,13 @@ def keyword_defaults(env_id: str) -> dict[str, Any]:
     return {**defaults, **(gym.spec(env_id).kwargs or {})}
 
 
+def training_aids_set(env: gym.Env, env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
+    """The training aids (the env class's ``TRAINING_AIDS``) that ``env_kwargs`` set away from their defaults."""
+    aids = getattr(type(env.unwrapped), "TRAINING_AIDS", ())
+    defaults = keyword_defaults(env_id)
+    return [name for name in aids if name in env_kwargs and env_kwargs[name] != defaults.get(name)]
+
+
 def _plain(value: Any) -> Any:
     """``value`` as a checkpoint stores it (JSON types: a tuple is a list)."""
     return json.loads(json.dumps(value, default=str))

@@ -357,6 +357,10 @@ class CarRacingState(CarRacing):
     """
 
     metadata = {"render_modes": ["human", "rgb_array"], "render_fps": FPS}
+    #: the keyword arguments that change CarRacing's rules to help training (the evaluation should not set them)
+    TRAINING_AIDS = ("max_off_road_frames", "off_road_penalty", "missed_tile_penalty", "missed_tile_penalty_ramp",
+                     "max_stall_frames", "max_rest_frames", "charge_time_left", "frame_penalty", "off_road_open_lap",
+                     "recovery_starts")
 
     def __init__(
         self,
