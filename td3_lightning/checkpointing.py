@@ -169,6 +169,11 @@ class ModelCheckpoint(LightningModelCheckpoint):
         if self.save_last is True:
             _lightning.save_last_checkpoint_now(self, trainer)
 
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.fast_dev_run:  # a dry run leaves no checkpoint (Lightning's save_last writes last.ckpt here)
+            return
+        super().on_train_end(trainer, pl_module)
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "earlier_best_k_models": dict(self.earlier_best_k_models)}
 

@@ -342,6 +342,15 @@ def test_trainer_and_data_options_out_of_range_stop_before_anything_is_written(a
     assert list(tmp_path.iterdir()) == []
 
 
+def test_fast_dev_run_trains_and_validates_and_leaves_no_checkpoint(tmp_path, monkeypatch, capsys):
+    # before: last.ckpt in ./checkpoints, which a later `--ckpt_path last` in this folder would have resumed
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "pendulum.yaml", "--trainer.fast_dev_run", "3", "--data.warmup_steps", "20",
+          "--model.hidden_dims", "[8]"])
+    assert re.search(r"step 3/3 .* val/return -\d", capsys.readouterr().out)  # it trained 3 steps and validated
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
 def test_max_steps_minus_one_is_no_limit(tmp_path, monkeypatch):
     from td3_lightning.trainer_options import check_trainer_options
 
