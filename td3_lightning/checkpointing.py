@@ -155,8 +155,9 @@ def _fsync_dir(folder: Path) -> None:
 class ModelCheckpoint(LightningModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` (same options, same state key in checkpoints), except that
     ``save_last=True`` also writes ``last.ckpt`` after a validation that did not improve the
-    monitored metric, and that a run resumed into a folder of its own remembers the best checkpoints
-    kept before (``earlier_best_k_models``, never deleted by it): ``--selection.episodes`` chooses among both."""
+    monitored metric, that a run resumed into a folder of its own remembers the best checkpoints
+    kept before (``earlier_best_k_models``, never deleted by it): ``--selection.episodes`` chooses among both, and
+    that ``trainer.fast_dev_run`` leaves no ``last.ckpt``."""
 
     earlier_best_k_models: dict[str, Any]
 

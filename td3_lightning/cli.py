@@ -46,8 +46,9 @@ from td3_lightning.checkpointing import (
     with_atomic_checkpoint_io,
 )
 from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
-from td3_lightning.envs import env_overrides, make_env, trained_on
+from td3_lightning.envs import env_overrides, make_env, trained_on, training_aid_names
 from td3_lightning.errors import DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, yaml_problem
+from td3_lightning.extensions import check_extensions_act
 from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
 from td3_lightning.extensions.teacher import check_teacher
 from td3_lightning.hp_metric import HpMetric
@@ -377,11 +378,13 @@ class TD3CLI(LightningCLIHooks):
             )
         trained_id, trained_kwargs = facts["env"]
         if trained_id == env_id and trained_kwargs is not None:  # the same shapes, perhaps not the same env
-            overrides = env_overrides(trained_kwargs, env_id, self.datamodule.env_kwargs)
+            fit = self.subcommand in ("fit", None)  # played, a policy keeps the env's rules: its aids are not asked for
+            overrides = env_overrides(trained_kwargs, env_id, self.datamodule.env_kwargs,
+                                      ignore=() if fit else training_aid_names(env_id))
             if overrides:
-                purpose = "to go on with its env" if self.subcommand == "fit" else "to play it as it was trained"
-                rank_zero_warn(f"checkpoint {path} was trained on {env_id} with other data.env_kwargs than this "
-                               f"{self.subcommand}'s: add {' '.join(overrides)} {purpose}")
+                purpose = "to go on with its env" if fit else "to play it as it was trained"
+                self._warnings += (f"checkpoint {path} was trained on {env_id} with other data.env_kwargs than this "
+                                   f"{self.subcommand}'s: add {' '.join(overrides)} {purpose}",)
 
     def _check_privileged_critic(self, ours: bool) -> None:
         """The checkpoint's critics read what this run's would (``ours``: a privileged state)."""
@@ -463,6 +466,8 @@ class TD3CLI(LightningCLIHooks):
         self._check_against_env()  # model and datamodule exist now; nothing is written yet
         if self.subcommand in ("fit", None) and self.model.hparams.get("teacher"):  # read when fitting starts
             check_teacher(self.model.hparams.teacher, self.model.hparams)
+        if self.subcommand in ("fit", None) and self._ckpt_facts is None:  # a new run: no option that does nothing
+            check_extensions_act(self.model.hparams)
         config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
@@ -523,8 +528,9 @@ def _as_dict(options: Any) -> dict[str, Any]:
 def check_options(config: Any, subcommand: str = "fit") -> None:
     """Every option of a parsed ``fit``, ``validate`` or ``test`` config (the subcommand's section) that can be
     checked without an env: the option groups' own checks (:data:`OPTION_CHECKS`), the Trainer and checkpoint
-    options (:func:`check_trainer_options`), ``seed_everything`` and, for ``fit``, whether a selection has
-    checkpoints to choose among; one-line :class:`UserInputError`."""
+    options (:func:`check_trainer_options`), ``seed_everything``, for ``validate`` and ``test`` that their stage
+    plays an episode, and for ``fit`` whether a selection has checkpoints to choose among; one-line
+    :class:`UserInputError`."""
     fit = subcommand == "fit"
     for group, check in OPTION_CHECKS.items():
         if config.get(group) is not None:

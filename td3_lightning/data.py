@@ -196,10 +196,6 @@ class ReplayDataModule(L.LightningDataModule):
         try:
             self.spec: EnvSpec = check_spaces(probe, env_id)
             self._critic_obs_shape = privileged_shape(probe, env_id) if privileged_critic else None
-            if aids := training_aids_set(probe, env_id, self.env_kwargs):
-                rank_zero_warn(f"data.env_kwargs sets {', '.join(aids)}, training aids of {env_id}: validation and "
-                               "test play by those changed rules too, so val/return is not the env's score; give "
-                               "them in data.train_env_kwargs")
         finally:
             probe.close()
         self.privileged_critic = privileged_critic
@@ -267,6 +263,11 @@ class ReplayDataModule(L.LightningDataModule):
         return make_env(self.env_id, self.env_kwargs, render_mode=render_mode)
 
     def setup(self, stage: str) -> None:
+        if aids := training_aids_set(self.env_id, self.env_kwargs):  # said once every check has passed
+            played = "validation plays" if stage == "fit" else f"this {stage} plays"
+            fix = "give them in data.train_env_kwargs" if stage == "fit" else "leave them out to score by its own rules"
+            rank_zero_warn(f"data.env_kwargs sets {', '.join(aids)}, training aids of {self.env_id}: {played} by those "
+                           f"changed rules, so its return is not the env's score; {fix}")
         if stage == "fit":
             self.chunk_steps, lowered_by = chunk_steps(self.trainer, self.steps_per_batch)
             if lowered_by:

@@ -876,26 +876,35 @@ def test_a_closed_lap_is_reported_as_gymnasiums_is_success():
     assert math.isnan(run_episode(gym.make("Pendulum-v1"), lambda obs: np.zeros(1, np.float32), seed=0)["success"])
 
 
-def test_a_training_aid_in_the_evaluations_env_kwargs_is_warned_of():
+def test_a_training_aid_in_the_evaluations_env_kwargs_is_warned_of_and_not_asked_for_by_a_checkpoint():
     import warnings
 
     from td3_lightning.data import ReplayDataModule
-    from td3_lightning.envs import training_aids_set
+    from td3_lightning.envs import env_overrides, training_aid_names, training_aids_set
 
-    assert set(CarRacingState.TRAINING_AIDS) <= set(inspect_keywords(CarRacingState))  # each one a real keyword
-    with pytest.warns(UserWarning, match=r"^data.env_kwargs sets max_stall_frames, frame_penalty, training aids of "
-                                         r"CarRacingState-v0: validation and test play by those changed rules too, "
-                                         r"so val/return is not the env's score; give them in data.train_env_kwargs$"):
-        ReplayDataModule("CarRacingState-v0", env_kwargs={"max_stall_frames": 50, "frame_penalty": 0.1,
-                                                          "action_repeat": 2})
+    assert set(training_aid_names("CarRacingState-v0")) <= set(inspect_keywords(CarRacingState))  # real keywords
+    assert training_aid_names("CarRacingPixels-v0") == CarRacingState.TRAINING_AIDS
+    aided = {"max_stall_frames": 50, "frame_penalty": 0.1, "action_repeat": 2}
+    dm = ReplayDataModule("CarRacingState-v0", env_kwargs=aided)
+    for stage, played, fix in (("validate", "this validate plays", "leave them out to score by its own rules"),
+                               ("test", "this test plays", "leave them out to score by its own rules")):
+        with pytest.warns(UserWarning) as caught:
+            dm.setup(stage)
+        assert [str(w.message) for w in caught] == [
+            f"data.env_kwargs sets max_stall_frames, frame_penalty, training aids of CarRacingState-v0: {played} by "
+            f"those changed rules, so its return is not the env's score; {fix}"]
     with warnings.catch_warnings():  # at their defaults, or given to the training env only: nothing to say
         warnings.simplefilter("error")
         ReplayDataModule("CarRacingState-v0", env_kwargs={"frame_penalty": 0.0, "action_repeat": 2},
-                         train_env_kwargs={"max_stall_frames": 50})
-    env = gym.make("CarRacingState-v0")
-    assert training_aids_set(env, "CarRacingState-v0", {"recovery_starts": 0.1, "aid_features": True}) == [
+                         train_env_kwargs={"max_stall_frames": 50}).setup("validate")
+    assert training_aids_set("CarRacingState-v0", {"recovery_starts": 0.1, "aid_features": True}) == [
         "recovery_starts"]  # the aid features only add what the aids charge to the observation
-    env.close()
+    # a checkpoint trained with aids in env_kwargs is played by the env's rules: only its other kwargs are asked for
+    trained = {"max_stall_frames": 50, "action_repeat": 2}
+    assert env_overrides(trained, "CarRacingState-v0", {}) == ["--data.env_kwargs.max_stall_frames 50",
+                                                               "--data.env_kwargs.action_repeat 2"]
+    assert env_overrides(trained, "CarRacingState-v0", {}, ignore=training_aid_names("CarRacingState-v0")) == [
+        "--data.env_kwargs.action_repeat 2"]
 
 
 def inspect_keywords(cls: type) -> list[str]:

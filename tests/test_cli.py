@@ -324,6 +324,8 @@ VAL_CHECK = ('error: trainer.val_check_interval must be a number of training ste
           "--data.eval_episodes", "1"],
          "error: data.eval_episodes (1) must be at least the number of processes (2): each process plays its share "
          "of the episodes"),
+        (["--model.random_shift", "2"], "error: model.random_shift shifts image observations, and these are vectors "
+                                        "of shape (3,); set model.random_shift 0"),
         (["--data.env_id", "td3test/NoDisplay-v0", "--data.record_val", "1"],
          "error: data.record_val: td3test/NoDisplay-v0 cannot render frames here (RuntimeError: an OpenGL platform "
          "library has not been loaded into this process); for MuJoCo without a display set MUJOCO_GL=egl (or osmesa) "
@@ -340,6 +342,32 @@ def test_trainer_and_data_options_out_of_range_stop_before_anything_is_written(a
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.splitlines() == [line]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_with_an_option_that_does_nothing_is_still_played_and_resumed(tmp_path, monkeypatch):
+    """model.random_shift on vector observations is refused for a new run; a checkpoint that has it (trained when
+    it was silently skipped) is tested and resumed as before."""
+    import lightning as L
+    from conftest import quiet_trainer
+
+    from td3_lightning.data import ReplayDataModule
+    from td3_lightning.module import TD3
+
+    monkeypatch.chdir(tmp_path)
+    L.seed_everything(0)
+    dm = ReplayDataModule("Pendulum-v1", warmup_steps=20, batch_size=8, buffer_size=100)
+    trainer = quiet_trainer(max_steps=5)
+    trainer.fit(TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8]), dm)
+    trainer.save_checkpoint(tmp_path / "run.ckpt")
+    ckpt = torch.load(tmp_path / "run.ckpt", weights_only=False)
+    ckpt["hyper_parameters"]["random_shift"] = 2
+    torch.save(ckpt, tmp_path / "run.ckpt")
+    common = ["--config", "pendulum.yaml", "--ckpt_path", "run.ckpt", "--data.buffer_size", "100",
+              "--data.warmup_steps", "20", "--trainer.enable_progress_bar", "false", "--learning_curve.filename", ""]
+    main(["test", *common, "--data.test_episodes", "2", "--trainer.default_root_dir", "t"])
+    assert json.loads(next((tmp_path / "t").rglob("test_results.json")).read_text())["test/episodes"] == 2
+    main(["fit", *common, "--trainer.max_steps", "8", "--trainer.default_root_dir", "f", "--data.eval_episodes", "1"])
+    assert [p.name for p in (tmp_path / "f").rglob("last.ckpt")] == ["last.ckpt"]
 
 
 def test_fast_dev_run_trains_and_validates_and_leaves_no_checkpoint(tmp_path, monkeypatch, capsys):

@@ -288,11 +288,14 @@ def test_teacher_options_out_of_range_get_one_line(kwargs, message):
     (dict(obs_shape=[3, 64, 64], state_prediction=1.0), "needs image observations and data.privileged_critic true"),
 ])
 def test_image_only_options_on_observations_they_cannot_act_on_get_one_line(kwargs, message):
+    from td3_lightning.extensions import check_extensions_act
+
+    model = TD3(action_low=[-1.0], action_high=[1.0], **kwargs)  # a checkpoint that has one is still played
     with pytest.raises(UserInputError, match=message):
-        TD3(action_low=[-1.0], action_high=[1.0], **kwargs)
+        check_extensions_act(model.hparams)  # a new run is refused
     for name in ("random_shift", "state_prediction"):  # off, the same observations are fine
         kwargs[name] = 0
-    TD3(action_low=[-1.0], action_high=[1.0], **kwargs)
+    check_extensions_act(TD3(action_low=[-1.0], action_high=[1.0], **kwargs).hparams)
 
 
 def test_teacher_that_reads_another_observation_or_no_file_gets_one_line(tmp_path):

@@ -165,11 +165,24 @@ def keyword_defaults(env_id: str) -> dict[str, Any]:
     return {**defaults, **(gym.spec(env_id).kwargs or {})}
 
 
-def training_aids_set(env: gym.Env, env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
-    """The training aids (the env class's ``TRAINING_AIDS``) that ``env_kwargs`` set away from their defaults."""
-    aids = getattr(type(env.unwrapped), "TRAINING_AIDS", ())
+def training_aid_names(env_id: str) -> tuple[str, ...]:
+    """The keyword arguments of ``env_id`` that change its rules to help training (its class's ``TRAINING_AIDS``;
+    none where the entry point cannot be read)."""
+    from gymnasium.envs.registration import load_env_creator
+
+    register_envs()
+    try:
+        entry = gym.spec(env_id).entry_point
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    except Exception:  # noqa: BLE001 - an unknown id is said by make_env
+        return ()
+    return tuple(getattr(creator, "TRAINING_AIDS", ()))
+
+
+def training_aids_set(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
+    """The training aids of ``env_id`` that ``env_kwargs`` set away from their defaults."""
     defaults = keyword_defaults(env_id)
-    return [name for name in aids if name in env_kwargs and env_kwargs[name] != defaults.get(name)]
+    return [name for name in training_aid_names(env_id) if name in env_kwargs and env_kwargs[name] != defaults.get(name)]
 
 
 def _plain(value: Any) -> Any:
@@ -207,15 +220,17 @@ def _bundled_configs(env_id: str) -> list[tuple[str, dict[str, Any], dict[str, A
     return found
 
 
-def env_overrides(trained_kwargs: dict[str, Any], env_id: str, env_kwargs: dict[str, Any]) -> list[str] | None:
+def env_overrides(trained_kwargs: dict[str, Any], env_id: str, env_kwargs: dict[str, Any],
+                  ignore: tuple[str, ...] = ()) -> list[str] | None:
     """The ``--data.env_kwargs.<key> <value>`` options that turn ``env_kwargs`` of ``env_id`` into the
     ``trained_kwargs`` a checkpoint was trained with (a key given on one side only has the constructor's
-    default on the other); None when no override can (a keyword the trained env did not have)."""
+    default on the other), keys in ``ignore`` left as they are; None when no override can (a keyword the
+    trained env did not have)."""
     missing = object()
     defaults = {k: _plain(v) for k, v in keyword_defaults(env_id).items()}
     trained_kwargs, env_kwargs = _plain(trained_kwargs), _plain(env_kwargs)
     overrides = []
-    for key in dict.fromkeys([*trained_kwargs, *env_kwargs]):
+    for key in dict.fromkeys(k for k in [*trained_kwargs, *env_kwargs] if k not in ignore):
         theirs = trained_kwargs.get(key, defaults.get(key, missing))
         if theirs is missing:
             return None

@@ -113,14 +113,7 @@ def check_extension_options(hp: Mapping[str, Any]) -> None:
 def check_extension_spaces(hp: Mapping[str, Any]) -> None:
     """One clear line for an extension that the env's observations (``obs_shape``, ``critic_obs_shape``) do not
     allow."""
-    images = len(hp["obs_shape"]) == 3
     rules = [
-        (not hp["random_shift"] or images,
-         f"model.random_shift shifts image observations, and these are vectors of shape {tuple(hp['obs_shape'])}; "
-         "set model.random_shift 0"),
-        (not hp["state_prediction"] or (images and hp["critic_obs_shape"] is not None),
-         "model.state_prediction trains the actor's CNN to predict the privileged observation: it needs image "
-         "observations and data.privileged_critic true; set model.state_prediction 0"),
         (hp["teacher"] is None or hp["critic_obs_shape"] is not None,
          "model.teacher needs a privileged observation for the teacher to read: set data.privileged_critic true "
          "(with an env that offers info['privileged_obs'])"),
@@ -129,6 +122,23 @@ def check_extension_spaces(hp: Mapping[str, Any]) -> None:
         (not hp["normalize_obs"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
          "model.normalize_obs standardises vector observations (images are scaled by the encoder) and needs no "
          "privileged critic; set model.normalize_obs false"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise UserInputError(message)
+
+
+def check_extensions_act(hp: Mapping[str, Any]) -> None:
+    """One clear line for an option that would do nothing on the env's observations (checked for a new run; a
+    checkpoint that has one is still played and resumed as it was)."""
+    images = len(hp["obs_shape"]) == 3
+    rules = [
+        (not hp["random_shift"] or images,
+         f"model.random_shift shifts image observations, and these are vectors of shape {tuple(hp['obs_shape'])}; "
+         "set model.random_shift 0"),
+        (not hp["state_prediction"] or (images and hp["critic_obs_shape"] is not None),
+         "model.state_prediction trains the actor's CNN to predict the privileged observation: it needs image "
+         "observations and data.privileged_critic true; set model.state_prediction 0"),
     ]
     for ok, message in rules:
         if not ok:
