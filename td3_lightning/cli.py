@@ -180,24 +180,33 @@ class SaveRunConfig(SaveConfigCallback):
         if target.is_file() and target.resolve() in {Path(f).resolve() for f in config_files}:
             raise UserInputError(f"the run would write its {self.config_filename} over --config {target}; give "
                                  "another --trainer.default_root_dir, or keep your config file elsewhere")
-        slurm = SLURMEnvironment.job_id() is not None
-        if not fit or self.resumed_from:
-            return
+        job = SLURMEnvironment.job_id()
+        if not fit or self.resumed_from or (job is not None and _requeued(Path(log_dir))):
+            return  # a requeued SLURM job goes on in its folder (from its hpc_ckpt, if it wrote one)
         if trainer.logger is None:  # no log folder of its own: the run writes into default_root_dir itself
-            if slurm and any(Path(log_dir).glob("hpc_ckpt_*.ckpt")):  # a requeued job goes on from its hpc_ckpt
-                return
             there = _run_files(trainer, Path(log_dir))
             if there:
                 raise UserInputError(
                     f"{log_dir} already holds {', '.join(there)}, which a run without a logger writes there; give a "
                     "new --trainer.default_root_dir (or keep a logger), or continue that run with --ckpt_path")
             return
-        if slurm or not isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)):  # SLURM: the job's own version
+        if not isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)) or not target.is_file():
             return
-        if target.is_file():
+        if job is not None:  # the folder is named after the job: a second fit of the job would write into the first's
+            if int(os.environ.get("SLURM_NTASKS") or 1) > 1:  # the tasks of one step: rank 0 may have written it now
+                return
             raise UserInputError(
-                f"{log_dir} already holds a run ({self.config_filename}); give another "
-                "--trainer.logger.init_args.version (or none: a new version_N), or continue that run with --ckpt_path")
+                f"{log_dir} already holds a run of SLURM job {job} ({self.config_filename}); a second fit in one job "
+                "needs a folder of its own: give it another --trainer.default_root_dir, or continue that run with "
+                "--ckpt_path")
+        raise UserInputError(
+            f"{log_dir} already holds a run ({self.config_filename}); give another "
+            "--trainer.logger.init_args.version (or none: a new version_N), or continue that run with --ckpt_path")
+
+
+def _requeued(folder: Path) -> bool:
+    """Whether this SLURM job is a requeued one (SLURM counts its restarts), or left its hpc_ckpt in ``folder``."""
+    return int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0 or any(folder.glob("hpc_ckpt_*.ckpt"))
 
 
 def _run_files(trainer: Trainer, folder: Path) -> list[str]:
@@ -471,8 +480,10 @@ class TD3CLI(LightningCLIHooks):
         config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
+            # a SLURM job's fit is in version_<job id>, where a requeued job goes on; validate and test: a new version_N
+            version = SLURMEnvironment.job_id() if self.subcommand in ("fit", None) else None
             kwargs["logger"] = TensorBoardLogger(save_dir=config.get("default_root_dir") or os.getcwd(),
-                                                 version=SLURMEnvironment.job_id(), default_hp_metric=False)
+                                                 version=version, default_hp_metric=False)
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments

@@ -129,6 +129,36 @@ def test_a_run_without_a_logger_writes_into_no_folder_that_holds_a_run_or_a_file
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == written
 
 
+def test_a_slurm_job_keeps_its_fit_folder_for_itself(tmp_path, monkeypatch, capsys):
+    """Under SLURM a fit writes lightning_logs/version_<job id>. Before: a test in the same job wrote its config.yaml
+    over the fit's there, and a second fit mixed its checkpoints into the first's."""
+    from td3_lightning import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli.SLURMEnvironment, "job_id", staticmethod(lambda: 4242))
+    for name in ("SLURM_RESTART_COUNT", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    tiny = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.val_check_interval", "20",
+            "--data.eval_episodes", "1", "--trainer.max_steps", "20", "--learning_curve.filename", ""]
+    main(["fit", *tiny])
+    run = tmp_path / "lightning_logs" / "version_4242"
+    written = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert run / "config.yaml" in written and run / "checkpoints" / "last.ckpt" in written
+    main(["test", *tiny, "--data.test_episodes", "1", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")])
+    assert [p.name for p in (tmp_path / "lightning_logs").rglob("test_results.json")] == ["test_results.json"]
+    assert not (run / "test_results.json").exists()  # the test has a version_N of its own
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *tiny, "--model.gamma", "0.9"])
+    assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {run} already holds a run of SLURM job 4242 (config.yaml); a second fit in one job needs a folder "
+        "of its own: give it another --trainer.default_root_dir, or continue that run with --ckpt_path")
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == written
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the job requeued: its fit starts again in its folder
+    main(["fit", *tiny, "--trainer.max_steps", "40"])
+    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["max_steps"] == 40
+
+
 def test_a_resume_with_nothing_left_to_train_says_so_and_warnings_are_warning_lines(tmp_path, monkeypatch):
     from td3_lightning import cli
 
