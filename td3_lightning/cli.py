@@ -283,6 +283,9 @@ class TD3CLI(LightningCLIHooks):
             given = ckpt = config.get("ckpt_path")
             if ckpt is None and subcommand in ("validate", "test"):
                 ckpt = "best"  # what the newest run found best, not untrained weights
+            if isinstance(ckpt, str) and (ckpt == "hpc" or ckpt.startswith("file://")):  # a file here: checked as one
+                ckpt = _hpc_checkpoint(config) if ckpt == "hpc" else ckpt[len("file://"):]
+                self.config[f"{subcommand}.ckpt_path"] = ckpt
             if ckpt in ("last", "best"):
                 newest = find_run_checkpoint(config, ckpt, selected=False)
                 chosen = selected_checkpoint(newest) if ckpt == "best" else None
@@ -562,6 +565,17 @@ def check_options(config: Any, subcommand: str = "fit") -> None:
     if fit and config.get("data") is not None:  # the episodes training chooses checkpoints on, apart from test's
         check_seed_ranges({group: _as_dict(config[group]) for group in ("data", "selection")
                            if config.get(group) is not None})
+
+
+def _hpc_checkpoint(config: Any) -> str:
+    """``--ckpt_path hpc``: the newest ``hpc_ckpt_<N>.ckpt`` in ``trainer.default_root_dir``, as Lightning picks it."""
+    folder = Path((config.get("trainer") or {}).get("default_root_dir") or os.getcwd())
+    found = {int(m.group(1)): p for p in folder.glob("hpc_ckpt_*.ckpt")
+             if (m := re.fullmatch(r"hpc_ckpt_(\d+)\.ckpt", p.name))}
+    if not found:
+        raise UserInputError(f"--ckpt_path hpc: {folder} holds no hpc_ckpt_<N>.ckpt (what Lightning saves when a SLURM "
+                             "job is requeued); pass a checkpoint file, last or best")
+    return str(found[max(found)])
 
 
 def _lightning_resolves(ckpt: str) -> bool:

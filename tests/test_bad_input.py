@@ -99,7 +99,7 @@ ANY_VALUE = {
 #: What each kind of path (an argparse metavar, or :data:`PATH_OPTIONS`) is given, in the work folder of
 #: :func:`work_folder`: missing, a folder, a file of another kind, an empty one, below a file, empty text.
 PATH_VALUES = {
-    "CKPT": ["missing.ckpt", "folder", "notes.txt", "pendulum.yaml", "empty.ckpt", ""],
+    "CKPT": ["missing.ckpt", "folder", "notes.txt", "pendulum.yaml", "empty.ckpt", "", "hpc", "file://missing.ckpt"],
     "FILE": ["missing.yaml", "folder", "run.ckpt", "empty.yaml", "bad.yaml", "notes.txt"],
     "OUT": ["nofolder/out.ckpt", "notes.txt/out.ckpt", "folder", "notes.txt", "run.ckpt", ""],
     "FOLDER": ["notes.txt", "notes.txt/sub", "", "/proc/nope/run"],
