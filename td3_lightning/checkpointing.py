@@ -354,13 +354,15 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------------------ finding a run's checkpoints
-def find_run_checkpoint(config: Any, kind: str, selected: bool = True) -> Path:
+def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_options: bool = True) -> Path:
     """The newest ``last.ckpt`` (``kind`` ``last``) or best checkpoint by ``val/return``
     (``kind`` ``best``: named by ``checkpoint.filename``, ``best-step*.ckpt`` by default) that a
     run with this configuration writes: under ``checkpoint.dirpath`` if set, else
     ``<logger save_dir>/<name>/*/checkpoints/`` (by default ``lightning_logs/version_*/checkpoints/``
     in the current folder). Where the newest best checkpoint's folder has a ``selection.json``
-    (``--selection.episodes``), ``best`` is the checkpoint it chose, unless ``selected`` is False."""
+    (``--selection.episodes``), ``best`` is the checkpoint it chose, unless ``selected`` is False. Where none
+    matches, the error says where another run's checkpoints are, and the options that find them if ``run_options``
+    (a command with ``--config`` and ``--checkpoint.dirpath``; export has neither)."""
     trainer = config.get("trainer") or {}
     root = Path(trainer.get("default_root_dir") or os.getcwd())
     checkpoint = config.get("checkpoint") or {}
@@ -398,12 +400,34 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True) -> Path:
                 run_config = newest_other.parent.parent / "config.yaml"
                 other = (f"; the newest checkpoint there is {newest_other}, named by another checkpoint.filename: "
                          "pass it to --ckpt_path" + (f", or give --config {run_config} (that run's options)"
-                                                     if run_config.is_file() else ""))
+                                                     if run_config.is_file() and run_options else ""))
+        if not other and not dirpath:  # a fit that kept its checkpoints in a checkpoint.dirpath of its own
+            other = _dirpath_hint(where, name_glob, kind, run_options)
         raise UserInputError(
             f"--ckpt_path {kind}: no checkpoint matches {described}{other or '; pass a checkpoint file to --ckpt_path'}"
         )
     newest = _newest(candidates)
     return selected_checkpoint(newest) or newest if kind == "best" and selected else newest
+
+
+def _dirpath_hint(where: Path, name_glob: str, kind: str, run_options: bool) -> str:
+    """``; the run of <config.yaml> keeps its checkpoints in <dirpath> ...`` for the newest run under ``where``
+    whose config names a ``checkpoint.dirpath`` holding a ``kind`` checkpoint; empty if none does."""
+    import yaml
+
+    for config_file in sorted(where.glob("*/config.yaml"), key=lambda p: p.stat().st_mtime_ns, reverse=True):
+        try:
+            dirpath = ((yaml.safe_load(config_file.read_text()) or {}).get("checkpoint") or {}).get("dirpath")
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        found = [p for p in Path(dirpath).glob(name_glob) if p.is_file()] if isinstance(dirpath, str) else []
+        if kind == "best":
+            found = [p for p in found if not p.name.startswith("last")]
+        if found:
+            option = f"add --checkpoint.dirpath {dirpath}, or " if run_options else ""
+            return (f"; the run of {config_file} keeps its checkpoints in {dirpath} (its checkpoint.dirpath): "
+                    f"{option}pass {_newest(found)} to --ckpt_path")
+    return ""
 
 
 def _newest(paths: list[Path]) -> Path:

@@ -197,7 +197,7 @@ def main(args: list[str] | None = None) -> None:
 
         ckpt = ns.ckpt_path
         if ckpt in ("best", "last"):
-            ckpt = find_run_checkpoint({}, ckpt)
+            ckpt = find_run_checkpoint({}, ckpt, run_options=False)
         check_checkpoint(ckpt)
         check_out(ckpt, ns.out, ns.overwrite)
         if ns.ckpt_path in ("best", "last"):  # said once the input passed every check

@@ -330,6 +330,31 @@ def test_test_after_a_fit_with_another_checkpoint_filename_names_the_checkpoint_
     assert sorted(p.name for p in folder.rglob("*")) == ["checkpoints", "config.yaml", "last.ckpt", "mine-20.ckpt"]
 
 
+def test_last_and_best_after_a_fit_with_its_own_checkpoint_dirpath_name_it(tmp_path, monkeypatch, capsys):
+    from td3_lightning.export import main as export_main
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "lightning_logs" / "version_0"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("checkpoint:\n  dirpath: ck\n")  # fit --checkpoint.dirpath ck
+    (tmp_path / "ck").mkdir()
+    for name in ("last.ckpt", "best-step20.ckpt"):
+        (tmp_path / "ck" / name).write_bytes(b"")
+    err = _error_line(["test", *RUN, "--ckpt_path", "last"], capsys)
+    assert err == (
+        f"error: --ckpt_path last: no checkpoint matches {tmp_path}/lightning_logs/*/checkpoints/last*.ckpt; the run "
+        f"of {folder}/config.yaml keeps its checkpoints in ck (its checkpoint.dirpath): add --checkpoint.dirpath ck, "
+        "or pass ck/last.ckpt to --ckpt_path")
+    with pytest.raises(SystemExit):  # export has no --checkpoint.dirpath: only the file is named
+        export_main(["--out", "p.ckpt"])
+    assert capsys.readouterr().err.strip() == (
+        f"error: --ckpt_path best: no checkpoint matches {tmp_path}/lightning_logs/*/checkpoints/best-step*.ckpt; "
+        f"the run of {folder}/config.yaml keeps its checkpoints in ck (its checkpoint.dirpath): pass "
+        "ck/best-step20.ckpt to --ckpt_path")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["best-step20.ckpt", "ck", "config.yaml", "last.ckpt",
+                                                           "lightning_logs", "version_0"]
+
+
 def test_export_defaults_to_the_newest_best_checkpoint(real_ckpt, tmp_path, monkeypatch, capsys):
     from td3_lightning.export import main as export_main
 
