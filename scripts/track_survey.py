@@ -443,9 +443,14 @@ def check_fit(ckpt: str, env_id: str, env_kwargs: dict[str, Any], spec: Any) -> 
     from td3_lightning.checkpointing import check_checkpoint, inspect_checkpoint
     from td3_lightning.envs import trained_on
     from td3_lightning.errors import UserInputError
+    from td3_lightning.registration import ENTRY_POINTS
 
     check_checkpoint(ckpt)
     facts = inspect_checkpoint(ckpt)
+    trained_id = facts["env"][0]
+    if trained_id is not None and trained_id not in ENTRY_POINTS:
+        raise UserInputError(f"{ckpt} was trained on {trained_id}; track_survey and select_driver drive CarRacing "
+                             f"tracks: give a checkpoint of {' or '.join(ENTRY_POINTS)}")
     for what, theirs, ours in [("observation shape", facts["obs_shape"], tuple(spec.obs_shape)),
                                ("action shape", facts["action_shape"], (len(spec.action_low),))]:
         if theirs is not None and tuple(theirs) != tuple(ours):

@@ -202,6 +202,27 @@ def test_bad_arguments_get_one_error_line_and_exit_2(tmp_path, capsys, args, wor
     assert not (tmp_path / "new").exists()
 
 
+def test_a_checkpoint_of_another_env_is_told_to_be_a_car_driver(tmp_path, capsys):
+    import lightning as L
+    from conftest import quiet_trainer
+
+    from td3_lightning.data import ReplayDataModule
+    from td3_lightning.module import TD3
+
+    L.seed_everything(0)
+    dm = ReplayDataModule("Pendulum-v1", warmup_steps=20, batch_size=8, buffer_size=100)
+    trainer = quiet_trainer(max_steps=5)
+    trainer.fit(TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8]), dm)
+    trainer.save_checkpoint(tmp_path / "pendulum.ckpt")
+    with pytest.raises(SystemExit) as exit_:  # before: told to use --config pendulum.yaml, which it refuses
+        ts.main(["--ckpt", str(tmp_path / "pendulum.ckpt"), "--config", "car.yaml", "--seeds", "0", "2",
+                 "--out", str(tmp_path / "new")])
+    assert exit_.value.code == 2 and capsys.readouterr().err.strip() == (
+        f"error: {tmp_path / 'pendulum.ckpt'} was trained on Pendulum-v1; track_survey and select_driver drive "
+        "CarRacing tracks: give a checkpoint of CarRacingState-v0 or CarRacingPixels-v0")
+    assert not (tmp_path / "new").exists()
+
+
 def test_the_env_of_the_config_takes_the_command_line_s_env_kwargs(tmp_path, capsys):
     assert ts.parse_env_kwargs_options(["--data.env_kwargs.aid_features", "false",
                                         "--data.env_kwargs.action_repeat=4", "--data.env_kwargs.x", "-0.5",
