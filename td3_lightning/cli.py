@@ -49,6 +49,7 @@ from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data
 from td3_lightning.envs import env_overrides, make_env, trained_on, training_aid_names
 from td3_lightning.errors import DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, yaml_problem
 from td3_lightning.extensions import check_extensions_act
+from td3_lightning.idle_options import idle_options, signature_defaults
 from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
 from td3_lightning.extensions.teacher import check_teacher
 from td3_lightning.hp_metric import HpMetric
@@ -480,6 +481,11 @@ class TD3CLI(LightningCLIHooks):
             check_teacher(self.model.hparams.teacher, self.model.hparams)
         if self.subcommand in ("fit", None) and self._ckpt_facts is None:  # a new run: no option that does nothing
             check_extensions_act(self.model.hparams)
+            data = {"sampler": self.datamodule.sampler, "priority_alpha": self.datamodule.priority_alpha}
+            defaults = {"model": signature_defaults(TD3), "data": signature_defaults(ReplayDataModule)}
+            if idle := idle_options(self.model.hparams, data, defaults):
+                self._warnings += (f"{', '.join(idle)}: set but idle in this run; leave them out, or switch on "
+                                   "what they serve",)
         config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder

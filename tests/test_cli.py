@@ -662,3 +662,41 @@ def test_progress_line_says_the_time_left():
     assert time_left(0, 200_000, 80.0) == ", 42 min left"
     assert time_left(6990, 7000, 100.0) == ", <1 min left"
     assert time_left(7000, 7000, 100.0) == time_left(10, -1, 100.0) == time_left(10, 100, 0.0) == ""
+
+
+def test_options_that_serve_an_option_that_is_off_are_warned_of_in_a_new_run(tmp_path, monkeypatch):
+    from td3_lightning.data import ReplayDataModule
+    from td3_lightning.idle_options import idle_options, signature_defaults
+    from td3_lightning.module import TD3
+
+    defaults = {"model": signature_defaults(TD3), "data": signature_defaults(ReplayDataModule)}
+    model = {**defaults["model"], "obs_shape": [3]}
+    data = {"sampler": "uniform", "priority_alpha": 0.4}
+    assert idle_options(model, data, defaults) == []  # every option at its default
+    changed = {"teacher_weight": 5.0, "embedding_lr": 1e-3, "checkpoint_episodes": 3, "checkpoint_after": 0,
+               "encoder_features": 7, "shared_encoder": False, "schedule_steps": 1000}
+    assert idle_options({**model, **changed}, {**data, "priority_alpha": 0.9}, defaults) == [
+        "data.priority_alpha 0.9 (data.sampler uniform)", "model.teacher_weight 5.0 (no model.teacher)",
+        "model.embedding_lr 0.001 (model.embedding_dim 0)",
+        "model.checkpoint_episodes 3 (model.policy_checkpoints false)",
+        "model.checkpoint_after 0 (model.policy_checkpoints false)", "model.encoder_features 7 (no CNN encoder)",
+        "model.shared_encoder False (no CNN encoder)",
+        "model.schedule_steps 1000 (no schedule (model.exploration_noise_final null, model.lr_final_factor 1))"]
+    serving = {"teacher": "t.ckpt", "embedding_dim": 256, "policy_checkpoints": True, "obs_shape": [3, 64, 64],
+               "exploration_noise_final": 0.05}
+    assert idle_options({**model, **changed, **serving}, {"sampler": "lap", "priority_alpha": 0.9}, defaults) == []
+    assert idle_options({**model, "tau": 0.01, "target_update_every": 250}, data, defaults) == [
+        "model.tau 0.01 (model.target_update_every (hard copies))"]
+
+    monkeypatch.chdir(tmp_path)
+    tiny = ["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.max_steps", "2",
+            "--data.eval_episodes", "1", "--learning_curve.filename", ""]
+    with pytest.warns(UserWarning) as caught:
+        main([*tiny, "--data.priority_alpha", "0.9", "--trainer.default_root_dir", "a"])
+    assert ("data.priority_alpha 0.9 (data.sampler uniform): set but idle in this run; leave them out, or switch on "
+            "what they serve") in [str(w.message) for w in caught]
+    last = next((tmp_path / "a").rglob("last.ckpt"))
+    with warnings.catch_warnings(record=True) as caught:  # a resumed run is the checkpoint's: nothing to say
+        warnings.simplefilter("always")
+        main([*tiny, "--trainer.max_steps", "4", "--ckpt_path", str(last), "--trainer.default_root_dir", "a"])
+    assert not [w for w in caught if "idle" in str(w.message)]
