@@ -55,7 +55,9 @@ def check_checkpoint_file(path: str | Path, option: str = "--ckpt_path", takes: 
         raise UserInputError(f"{option} must name a checkpoint file, got ''; {takes}")
     if not Path(path).is_file():
         problem = "is a folder, not a file" if Path(path).is_dir() else "not found"
-        raise UserInputError(f"checkpoint file {problem}: {path}; pass an existing .ckpt file to {option}")
+        named = Path(path).stem if Path(path).name in ("last.ckpt", "best.ckpt") and option == "--ckpt_path" else ""
+        hint = f" (or {option} {named}: the newest {named} checkpoint of the runs here)" if named else ""
+        raise UserInputError(f"checkpoint file {problem}: {path}; pass an existing .ckpt file to {option}{hint}")
 
 
 class DuplicateKeyError(ValueError):

@@ -600,3 +600,16 @@ def test_the_pixel_env_s_keywords_include_those_it_passes_to_the_state_env():
     trained = {"action_repeat": 2, "action_mode": "steer_throttle", "grayscale": True, "resize": 40, "frame_stack": 4}
     assert env_overrides(trained, "CarRacingPixels-v0", {**trained, "action_repeat": 1, "domain_randomize": True}) == [
         "--data.env_kwargs.action_repeat 2", "--data.env_kwargs.domain_randomize false"]
+
+
+def test_a_missing_last_ckpt_file_is_told_of_ckpt_path_last(tmp_path):
+    from td3_lightning.errors import check_checkpoint_file
+
+    with pytest.raises(UserInputError) as info:
+        check_checkpoint_file(tmp_path / "last.ckpt")
+    assert str(info.value) == (f"checkpoint file not found: {tmp_path / 'last.ckpt'}; pass an existing .ckpt file to "
+                               "--ckpt_path (or --ckpt_path last: the newest last checkpoint of the runs here)")
+    with pytest.raises(UserInputError) as info:
+        check_checkpoint_file(tmp_path / "run.ckpt")
+    assert str(info.value) == (f"checkpoint file not found: {tmp_path / 'run.ckpt'}; pass an existing .ckpt file to "
+                               "--ckpt_path")
