@@ -146,7 +146,8 @@ class TestReport(L.Callback):
         if "test/return" not in m:
             return
         print(
-            f"test: {int(m['test/episodes'])} episode{'s' * (int(m['test/episodes']) != 1)}, return {m['test/return']:.1f} ± {m['test/return_std']:.1f} "
+            f"test: {int(m['test/episodes'])} episode{'s' * (int(m['test/episodes']) != 1)}, "
+            f"return {m['test/return']:.1f} ± {m['test/return_std']:.1f} "
             f"(min {m['test/return_min']:.1f}, max {m['test/return_max']:.1f}), "
             + (f"{round(m['test/success_rate'] * m['test/episodes'])} successful (info['is_success']), "
                if "test/success_rate" in m else "")

@@ -80,7 +80,8 @@ TRAINER_CASES = {
 #: Values only fit refuses: what only training builds (validate and test make no replay buffer).
 FIT_ONLY_CASES = {"data.buffer_device": ["cuda:99"]}
 #: Values only validate or test refuses: no episode to play (fit may leave validation out this way).
-STAGE_CASES = {"validate": {"trainer.limit_val_batches": ["0", "0.0"]}, "test": {"trainer.limit_test_batches": ["0", "0.0"]}}
+STAGE_CASES = {"validate": {"trainer.limit_val_batches": ["0", "0.0"]},
+               "test": {"trainer.limit_test_batches": ["0", "0.0"]}}
 #: ``--checkpoint.*`` options: values they refuse, besides a wrong type (``abc`` for a number or a switch).
 CHECKPOINT_CASES = {
     "checkpoint.every_n_train_steps": ["-1"],

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]

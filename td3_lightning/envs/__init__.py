@@ -182,7 +182,8 @@ def training_aid_names(env_id: str) -> tuple[str, ...]:
 def training_aids_set(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
     """The training aids of ``env_id`` that ``env_kwargs`` set away from their defaults."""
     defaults = keyword_defaults(env_id)
-    return [name for name in training_aid_names(env_id) if name in env_kwargs and env_kwargs[name] != defaults.get(name)]
+    return [name for name in training_aid_names(env_id)
+            if name in env_kwargs and env_kwargs[name] != defaults.get(name)]
 
 
 def _plain(value: Any) -> Any:
