@@ -44,7 +44,7 @@ def check_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         raise UserInputError(f"--out {args.out}: the folder {out.parent} does not exist; make it first")
     if out.exists() and not args.overwrite:
         raise UserInputError(f"--out {args.out} exists; give another name or add --overwrite")
-    check_checkpoint_file(args.ckpt_path, "--ckpt_path", "it takes a .ckpt file of a car driver")
+    check_checkpoint_file(args.ckpt_path, "--ckpt_path", "it takes a .ckpt file of a car driver", run_names=False)
     facts = check_checkpoint(args.ckpt_path)
     env_id, env_kwargs = facts["env"]
     if env_id is None:  # an early checkpoint that does not say: the state env, with the actions its policy has

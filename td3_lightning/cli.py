@@ -170,7 +170,7 @@ class SaveRunConfig(SaveConfigCallback):
         self.resumed_from = config.get("ckpt_path")
         super().__init__(parser, config, **kwargs)
 
-    def check_run_folder(self, trainer: Trainer, config_files: list[str], fit: bool) -> None:
+    def check_run_folder(self, trainer: Trainer, config_files: list[str], fit: bool, job_folder: bool = True) -> None:
         """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), and a
         new fit refuses a TensorBoard or CSV log folder that holds another run (a logger version given twice), or
         without a logger a folder that holds a run's files; a resumed fit, or a requeued SLURM job, continues there."""
@@ -182,7 +182,7 @@ class SaveRunConfig(SaveConfigCallback):
             raise UserInputError(f"the run would write its {self.config_filename} over --config {target}; give "
                                  "another --trainer.default_root_dir, or keep your config file elsewhere")
         job = SLURMEnvironment.job_id()
-        if not fit or self.resumed_from or (job is not None and _requeued(Path(log_dir))):
+        if not fit or self.resumed_from or (job is not None and _requeued(Path(trainer.default_root_dir))):
             return  # a requeued SLURM job goes on in its folder (from its hpc_ckpt, if it wrote one)
         if trainer.logger is None:  # no log folder of its own: the run writes into default_root_dir itself
             there = _run_files(trainer, Path(log_dir))
@@ -194,8 +194,8 @@ class SaveRunConfig(SaveConfigCallback):
         if not isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)) or not target.is_file():
             return
         if job is not None:  # the folder is named after the job: a second fit of the job would write into the first's
-            if int(os.environ.get("SLURM_NTASKS") or 1) > 1:  # the tasks of one step: rank 0 may have written it now
-                return
+            if int(os.environ.get("SLURM_NTASKS") or 1) > 1 or not job_folder:  # the tasks of one step: rank 0 may
+                return  # have written it now; tune: its trials have folders of their own, its dry builds write none
             raise UserInputError(
                 f"{log_dir} already holds a run of SLURM job {job} ({self.config_filename}); a second fit in one job "
                 "needs a folder of its own: give it another --trainer.default_root_dir, or continue that run with "
@@ -203,6 +203,15 @@ class SaveRunConfig(SaveConfigCallback):
         raise UserInputError(
             f"{log_dir} already holds a run ({self.config_filename}); give another "
             "--trainer.logger.init_args.version (or none: a new version_N), or continue that run with --ckpt_path")
+
+
+def _job_play_version(logs: Path, name: str) -> str:
+    """``name``, or ``name_2``, ``name_3``, ... : the first that ``logs`` does not hold yet."""
+    version, n = name, 1
+    while (logs / version).exists():
+        n += 1
+        version = f"{name}_{n}"
+    return version
 
 
 def _requeued(folder: Path) -> bool:
@@ -484,15 +493,16 @@ class TD3CLI(LightningCLIHooks):
             data = {"sampler": self.datamodule.sampler, "priority_alpha": self.datamodule.priority_alpha}
             defaults = {"model": signature_defaults(TD3), "data": signature_defaults(ReplayDataModule)}
             if idle := idle_options(self.model.hparams, data, defaults):
-                self._warnings += (f"{', '.join(idle)}: set but idle in this run; leave them out, or switch on "
-                                   "what they serve",)
+                self._warnings += (f"{', '.join(idle)}: set but idle in this run; leave them out",)
         config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
-            # a SLURM job's fit is in version_<job id>, where a requeued job goes on; validate and test: a new version_N
-            version = SLURMEnvironment.job_id() if self.subcommand in ("fit", None) else None
-            kwargs["logger"] = TensorBoardLogger(save_dir=config.get("default_root_dir") or os.getcwd(),
-                                                 version=version, default_hp_metric=False)
+            # a SLURM job's fit is in version_<job id>, where a requeued job goes on; its validate and test in
+            # <subcommand>_<job id> (a version_N would be the folder of a later job's fit)
+            save_dir, job = config.get("default_root_dir") or os.getcwd(), SLURMEnvironment.job_id()
+            version = job if self.subcommand in ("fit", None) or job is None else _job_play_version(
+                Path(save_dir) / "lightning_logs", f"{self.subcommand}_{job}")
+            kwargs["logger"] = TensorBoardLogger(save_dir=save_dir, version=version, default_hp_metric=False)
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments
@@ -505,7 +515,8 @@ class TD3CLI(LightningCLIHooks):
             if isinstance(callback, SaveRunConfig):
                 section = self.config[self.subcommand] if self.subcommand else self.config
                 files = [str(f) for f in section.get("config") or [] if f is not None]
-                callback.check_run_folder(trainer, files, fit=self.subcommand in ("fit", None))
+                callback.check_run_folder(trainer, files, fit=self.subcommand in ("fit", None),
+                                          job_folder=self.subcommand == "fit")
         if self._checkpoint_line:
             rank_zero_info(self._checkpoint_line)
         for warning in self._warnings:

@@ -48,14 +48,15 @@ def yaml_problem(err: Any) -> str:
 CKPT_PATH_TAKES = "--ckpt_path takes last, best or a .ckpt file that td3_lightning wrote"
 
 
-def check_checkpoint_file(path: str | Path, option: str = "--ckpt_path", takes: str = CKPT_PATH_TAKES) -> None:
+def check_checkpoint_file(path: str | Path, option: str = "--ckpt_path", takes: str = CKPT_PATH_TAKES,
+                          run_names: bool = True) -> None:
     """One-line :class:`UserInputError` unless ``path`` (what ``option`` names) is an existing file: the part of
     a checkpoint's check that needs no torch (``takes``: what the option takes)."""
     if str(path) == "":
         raise UserInputError(f"{option} must name a checkpoint file, got ''; {takes}")
     if not Path(path).is_file():
         problem = "is a folder, not a file" if Path(path).is_dir() else "not found"
-        named = Path(path).stem if Path(path).name in ("last.ckpt", "best.ckpt") and option == "--ckpt_path" else ""
+        named = Path(path).stem if run_names and Path(path).name in ("last.ckpt", "best.ckpt") else ""
         hint = f" (or {option} {named}: the newest {named} checkpoint of the runs here)" if named else ""
         raise UserInputError(f"checkpoint file {problem}: {path}; pass an existing .ckpt file to {option}{hint}")
 

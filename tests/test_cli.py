@@ -144,9 +144,10 @@ def test_a_slurm_job_keeps_its_fit_folder_for_itself(tmp_path, monkeypatch, caps
     run = tmp_path / "lightning_logs" / "version_4242"
     written = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert run / "config.yaml" in written and run / "checkpoints" / "last.ckpt" in written
-    main(["test", *tiny, "--data.test_episodes", "1", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")])
-    assert [p.name for p in (tmp_path / "lightning_logs").rglob("test_results.json")] == ["test_results.json"]
-    assert not (run / "test_results.json").exists()  # the test has a version_N of its own
+    for _ in range(2):  # not a version_N: version_4243 would be the next job's fit folder
+        main(["test", *tiny, "--data.test_episodes", "1", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")])
+    assert sorted(p.parent.name for p in (tmp_path / "lightning_logs").rglob("test_results.json")) == [
+        "test_4242", "test_4242_2"]
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
         main(["fit", *tiny, "--model.gamma", "0.9"])
@@ -154,9 +155,13 @@ def test_a_slurm_job_keeps_its_fit_folder_for_itself(tmp_path, monkeypatch, caps
         f"error: {run} already holds a run of SLURM job 4242 (config.yaml); a second fit in one job needs a folder "
         "of its own: give it another --trainer.default_root_dir, or continue that run with --ckpt_path")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == written
-    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the job requeued: its fit starts again in its folder
-    main(["fit", *tiny, "--trainer.max_steps", "40"])
+    (tmp_path / "hpc_ckpt_1.ckpt").write_bytes((run / "checkpoints" / "last.ckpt").read_bytes())
+    main(["fit", *tiny, "--trainer.max_steps", "40"])  # requeued: Lightning goes on from the hpc_ckpt it saved
     assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["max_steps"] == 40
+    (tmp_path / "hpc_ckpt_1.ckpt").unlink()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # requeued without one: its fit starts again in its folder
+    main(["fit", *tiny, "--trainer.max_steps", "30"])
+    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["max_steps"] == 30
 
 
 def test_a_resume_with_nothing_left_to_train_says_so_and_warnings_are_warning_lines(tmp_path, monkeypatch):
@@ -692,11 +697,11 @@ def test_options_that_serve_an_option_that_is_off_are_warned_of_in_a_new_run(tmp
     tiny = ["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.max_steps", "2",
             "--data.eval_episodes", "1", "--learning_curve.filename", ""]
     with pytest.warns(UserWarning) as caught:
-        main([*tiny, "--data.priority_alpha", "0.9", "--trainer.default_root_dir", "a"])
-    assert ("data.priority_alpha 0.9 (data.sampler uniform): set but idle in this run; leave them out, or switch on "
-            "what they serve") in [str(w.message) for w in caught]
+        main([*tiny, "--model.teacher_weight", "5", "--trainer.default_root_dir", "a"])
+    assert ("model.teacher_weight 5.0 (no model.teacher): set but idle in this run; leave them out"
+            in [str(w.message) for w in caught])
     last = next((tmp_path / "a").rglob("last.ckpt"))
-    with warnings.catch_warnings(record=True) as caught:  # a resumed run is the checkpoint's: nothing to say
+    with warnings.catch_warnings(record=True) as caught:  # a resumed run is the checkpoint's (teacher_weight 5)
         warnings.simplefilter("always")
         main([*tiny, "--trainer.max_steps", "4", "--ckpt_path", str(last), "--trainer.default_root_dir", "a"])
     assert not [w for w in caught if "idle" in str(w.message)]
