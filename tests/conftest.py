@@ -37,6 +37,19 @@ def quiet_trainer(**kwargs) -> L.Trainer:
     return L.Trainer(**defaults)
 
 
+def tiny_checkpoint(path: Path) -> Path:
+    """A Pendulum checkpoint of 5 training steps, networks [8], at ``path``."""
+    from td3_lightning.data import ReplayDataModule
+    from td3_lightning.module import TD3
+
+    L.seed_everything(0)
+    dm = ReplayDataModule("Pendulum-v1", warmup_steps=20, batch_size=8, buffer_size=100)
+    trainer = quiet_trainer(max_steps=5)
+    trainer.fit(TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8]), dm)
+    trainer.save_checkpoint(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def cli_env() -> dict[str, str]:
     """Environment for running the CLI in a subprocess from any folder."""

@@ -25,16 +25,13 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import yaml
-from conftest import quiet_trainer
+from conftest import tiny_checkpoint
 
 from td3_lightning import _lightning
 from td3_lightning.__main__ import main
 from td3_lightning.cli import CONFIG_DIR, parser_only_cli
-from td3_lightning.data import ReplayDataModule
-from td3_lightning.module import TD3
 
 #: List options: the range each item must be in (their help names it in words, not as a bound).
 RANGE_NOT_IN_HELP = {
@@ -358,14 +355,7 @@ def test_the_walk_covers_the_cases_of_the_issue():
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """A small Pendulum checkpoint: what validate, test and export are given."""
-    L.seed_everything(0)
-    dm = ReplayDataModule("Pendulum-v1", warmup_steps=20, batch_size=8, buffer_size=100)
-    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8])
-    trainer = quiet_trainer(max_steps=5)
-    trainer.fit(model, dm)
-    path = tmp_path_factory.mktemp("ckpt") / "run.ckpt"
-    trainer.save_checkpoint(path)
-    return path
+    return tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "run.ckpt")
 
 
 @pytest.fixture

@@ -28,17 +28,9 @@ def test_a_strip_of_the_shipped_driver_on_its_own_env(tmp_path, capsys):
 
 
 def test_a_checkpoint_of_another_env_is_one_line(tmp_path, capsys):
-    import lightning as L
-    from conftest import quiet_trainer
+    from conftest import tiny_checkpoint
 
-    from td3_lightning.data import ReplayDataModule
-    from td3_lightning.module import TD3
-
-    L.seed_everything(0)
-    dm = ReplayDataModule("Pendulum-v1", warmup_steps=20, batch_size=8, buffer_size=100)
-    trainer = quiet_trainer(max_steps=5)
-    trainer.fit(TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8]), dm)
-    trainer.save_checkpoint(tmp_path / "pendulum.ckpt")
+    tiny_checkpoint(tmp_path / "pendulum.ckpt")
     with pytest.raises(SystemExit) as info:  # before: a matrix-shape traceback
         cf.main(["--ckpt_path", str(tmp_path / "pendulum.ckpt"), "--out", str(tmp_path / "strip.png")])
     assert info.value.code == 2

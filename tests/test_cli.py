@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import tiny_checkpoint
 
 from td3_lightning.cli import CONFIG_DIR, main
 
@@ -379,26 +380,11 @@ def test_trainer_and_data_options_out_of_range_stop_before_anything_is_written(a
     assert list(tmp_path.iterdir()) == []
 
 
-def _tiny_checkpoint(path: Path) -> None:
-    """A Pendulum checkpoint of 5 training steps, networks [8]."""
-    import lightning as L
-    from conftest import quiet_trainer
-
-    from td3_lightning.data import ReplayDataModule
-    from td3_lightning.module import TD3
-
-    L.seed_everything(0)
-    dm = ReplayDataModule("Pendulum-v1", warmup_steps=20, batch_size=8, buffer_size=100)
-    trainer = quiet_trainer(max_steps=5)
-    trainer.fit(TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8]), dm)
-    trainer.save_checkpoint(path)
-
-
 def test_a_file_url_and_hpc_are_checkpoint_files_read_and_checked_as_any(tmp_path, monkeypatch):
     """Before: both went to Lightning unchecked, so the config's networks ([256, 256]) met the checkpoint's ([8]) in
     a size-mismatch traceback, after a run folder was made."""
     monkeypatch.chdir(tmp_path)
-    _tiny_checkpoint(tmp_path / "hpc_ckpt_3.ckpt")
+    tiny_checkpoint(tmp_path / "hpc_ckpt_3.ckpt")
     (tmp_path / "hpc_ckpt_12.ckpt").write_bytes((tmp_path / "hpc_ckpt_3.ckpt").read_bytes())  # the newest: 12
     common = ["--config", "pendulum.yaml", "--data.test_episodes", "1", "--trainer.enable_progress_bar", "false"]
     for given, played in ((f"file://{tmp_path}/hpc_ckpt_3.ckpt", "hpc_ckpt_3.ckpt"), ("hpc", "hpc_ckpt_12.ckpt")):
@@ -411,7 +397,7 @@ def test_a_checkpoint_with_an_option_that_does_nothing_is_still_played_and_resum
     """model.random_shift on vector observations is refused for a new run; a checkpoint that has it (trained when
     it was silently skipped) is tested and resumed as before."""
     monkeypatch.chdir(tmp_path)
-    _tiny_checkpoint(tmp_path / "run.ckpt")
+    tiny_checkpoint(tmp_path / "run.ckpt")
     ckpt = torch.load(tmp_path / "run.ckpt", weights_only=False)
     ckpt["hyper_parameters"]["random_shift"] = 2
     torch.save(ckpt, tmp_path / "run.ckpt")

@@ -203,17 +203,9 @@ def test_bad_arguments_get_one_error_line_and_exit_2(tmp_path, capsys, args, wor
 
 
 def test_a_checkpoint_of_another_env_is_told_to_be_a_car_driver(tmp_path, capsys):
-    import lightning as L
-    from conftest import quiet_trainer
+    from conftest import tiny_checkpoint
 
-    from td3_lightning.data import ReplayDataModule
-    from td3_lightning.module import TD3
-
-    L.seed_everything(0)
-    dm = ReplayDataModule("Pendulum-v1", warmup_steps=20, batch_size=8, buffer_size=100)
-    trainer = quiet_trainer(max_steps=5)
-    trainer.fit(TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8]), dm)
-    trainer.save_checkpoint(tmp_path / "pendulum.ckpt")
+    tiny_checkpoint(tmp_path / "pendulum.ckpt")
     with pytest.raises(SystemExit) as exit_:  # before: told to use --config pendulum.yaml, which it refuses
         ts.main(["--ckpt", str(tmp_path / "pendulum.ckpt"), "--config", "car.yaml", "--seeds", "0", "2",
                  "--out", str(tmp_path / "new")])

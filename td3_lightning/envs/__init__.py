@@ -117,16 +117,21 @@ _MAKE_KEYWORDS = frozenset({"max_episode_steps", "autoreset", "apply_api_compati
                             "order_enforce"})
 
 
+def _env_creator(env_id: str) -> Any:
+    """What ``env_id``'s registration makes its env with (a class or a function); raises for an unknown id."""
+    from gymnasium.envs.registration import load_env_creator
+
+    entry = gym.spec(env_id).entry_point
+    return load_env_creator(entry) if isinstance(entry, str) else entry
+
+
 def _constructor_params(env_id: str) -> list[Any] | None:
     """The parameters of ``env_id``'s constructor, those of the base classes its ``**kwargs`` go to included
     (None: unknown id, or an entry point that cannot be inspected)."""
     import inspect
 
-    from gymnasium.envs.registration import load_env_creator
-
     try:
-        entry = gym.spec(env_id).entry_point
-        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+        creator = _env_creator(env_id)
         params = list(inspect.signature(creator).parameters.values())
         for base in creator.__mro__[1:] if isinstance(creator, type) else ():
             if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
@@ -168,12 +173,9 @@ def keyword_defaults(env_id: str) -> dict[str, Any]:
 def training_aid_names(env_id: str) -> tuple[str, ...]:
     """The keyword arguments of ``env_id`` that change its rules to help training (its class's ``TRAINING_AIDS``;
     none where the entry point cannot be read)."""
-    from gymnasium.envs.registration import load_env_creator
-
     register_envs()
     try:
-        entry = gym.spec(env_id).entry_point
-        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+        creator = _env_creator(env_id)
     except Exception:  # noqa: BLE001 - an unknown id is said by make_env
         return ()
     return tuple(getattr(creator, "TRAINING_AIDS", ()))
