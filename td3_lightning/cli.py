@@ -170,10 +170,11 @@ class SaveRunConfig(SaveConfigCallback):
         self.resumed_from = config.get("ckpt_path")
         super().__init__(parser, config, **kwargs)
 
-    def check_run_folder(self, trainer: Trainer, config_files: list[str], fit: bool, job_folder: bool = True) -> None:
+    def check_run_folder(self, trainer: Trainer, config_files: list[str], subcommand: str | None) -> None:
         """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), and a
         new fit refuses a TensorBoard or CSV log folder that holds another run (a logger version given twice), or
-        without a logger a folder that holds a run's files; a resumed fit, or a requeued SLURM job, continues there."""
+        without a logger a folder that holds a run's files; a resumed fit, or a requeued SLURM job, continues there.
+        ``subcommand`` is None for tune's builds of a trial's trainer, which check like a fit but name no job folder."""
         log_dir = trainer.log_dir
         if log_dir is None:
             return
@@ -182,6 +183,7 @@ class SaveRunConfig(SaveConfigCallback):
             raise UserInputError(f"the run would write its {self.config_filename} over --config {target}; give "
                                  "another --trainer.default_root_dir, or keep your config file elsewhere")
         job = SLURMEnvironment.job_id()
+        fit = subcommand in ("fit", None)
         if not fit or self.resumed_from or (job is not None and _requeued(Path(trainer.default_root_dir))):
             return  # a requeued SLURM job goes on in its folder (from its hpc_ckpt, if it wrote one)
         if trainer.logger is None:  # no log folder of its own: the run writes into default_root_dir itself
@@ -194,7 +196,7 @@ class SaveRunConfig(SaveConfigCallback):
         if not isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)) or not target.is_file():
             return
         if job is not None:  # the folder is named after the job: a second fit of the job would write into the first's
-            if int(os.environ.get("SLURM_NTASKS") or 1) > 1 or not job_folder:  # the tasks of one step: rank 0 may
+            if int(os.environ.get("SLURM_NTASKS") or 1) > 1 or subcommand is None:  # the tasks of one step: rank 0 may
                 return  # have written it now; tune: its trials have folders of their own, its dry builds write none
             raise UserInputError(
                 f"{log_dir} already holds a run of SLURM job {job} ({self.config_filename}); a second fit in one job "
@@ -515,8 +517,7 @@ class TD3CLI(LightningCLIHooks):
             if isinstance(callback, SaveRunConfig):
                 section = self.config[self.subcommand] if self.subcommand else self.config
                 files = [str(f) for f in section.get("config") or [] if f is not None]
-                callback.check_run_folder(trainer, files, fit=self.subcommand in ("fit", None),
-                                          job_folder=self.subcommand == "fit")
+                callback.check_run_folder(trainer, files, self.subcommand)
         if self._checkpoint_line:
             rank_zero_info(self._checkpoint_line)
         for warning in self._warnings:
@@ -670,8 +671,10 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
             finite = " (a finite number)" if expected == "a float" and got.strip().lower().lstrip("+-") in (
                 "nan", "inf", "infinity") else ""
             bare = got.strip().strip("'\"")
+            closer = "}" if bare[:1] == "{" else "]"
+            unclosed = bare[:1] in ("{", "[") and bare.count(bare[0]) > bare.count(closer)
             split = (" (the shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"
-                     if bare and bare[0] in "{[" and bare.count(bare[0]) > bare.count("}" if bare[0] == "{" else "]") else "")
+                     if unclosed else "")
             if not split and bare[:1] == "{" and re.search(r"\w:[^\s/]", bare):  # {a:1} is a string to YAML
                 split = " (YAML needs a space after each colon, e.g. '{a: 1, b: 2}')"
             whole = ""
@@ -776,7 +779,8 @@ def _bundled(path: str) -> str:
         return str(candidate)
     if not os.path.exists(path):
         bundled = ", ".join(sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
-        raise UserInputError(f"config file not found: {path}; give a path to a YAML file or a bundled config ({bundled})")
+        raise UserInputError(f"config file not found: {path}; give a path to a YAML file or a bundled config "
+                             f"({bundled})")
     return path
 
 
