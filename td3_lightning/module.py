@@ -74,7 +74,7 @@ class TD3(L.LightningModule):
         encoder_features: length of the CNN encoder's feature vector (>= 1).
         shared_encoder: the actor uses the critics' CNN encoder (trained by the critics only).
         state_prediction: weight of the actor encoder's prediction of the privileged observation (>= 0; 0 = off).
-        teacher: checkpoint of a policy on the privileged observation that the actor imitates (null = off).
+        teacher: checkpoint of a policy that the actor imitates, on the privileged observation if any (null = off).
         teacher_weight: weight of the teacher's term (>= 0).
         random_shift: DrQ random shift of image batches, in pixels (>= 0; 0 = off).
         flush_denormal: treat float32 values below 1.2e-38 as zero on the CPU (faster; process-wide).

@@ -273,7 +273,6 @@ def test_fitting_with_a_teacher_pulls_the_actor_to_the_teachers_actions(tmp_path
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(critic_obs_shape=None), "model.teacher needs a privileged observation"),
     (dict(critic_obs_shape=[3], teacher_weight=-1.0), "model.teacher_weight must be >= 0"),
 ])
 def test_teacher_options_out_of_range_get_one_line(kwargs, message):
@@ -296,6 +295,21 @@ def test_image_only_options_on_observations_they_cannot_act_on_get_one_line(kwar
     for name in ("random_shift", "state_prediction"):  # off, the same observations are fine
         kwargs[name] = 0
     check_extensions_act(TD3(action_low=[-1.0], action_high=[1.0], **kwargs).hparams)
+
+
+def test_a_student_without_a_privileged_critic_is_taught_on_its_own_observation(tmp_path):
+    from td3_lightning.extensions.teacher import load_teacher
+
+    _constant_teacher(tmp_path / "t.ckpt", -0.25)
+    with pytest.raises(UserInputError, match=r"reads observations of shape \[3\], but the observation has shape \[2\]"):
+        load_teacher(str(tmp_path / "t.ckpt"), TD3([2], [-1.0], [1.0], teacher=str(tmp_path / "t.ckpt")))
+    torch.manual_seed(0)
+    model = TD3([3], [-1.0], [1.0], hidden_dims=[8], teacher=str(tmp_path / "t.ckpt"), teacher_weight=2.0)
+    model.extensions.actor_terms["teacher"].teacher = (load_teacher(model.hparams.teacher, model),)
+    batch = {"obs": torch.randn(5, 3)}
+    actions = model.actor(batch["obs"])
+    q = model.critic.q1(batch["obs"], actions)
+    assert torch.allclose(model.actor_loss(batch), -q.mean() + 2.0 * (actions + 0.25).pow(2).mean())
 
 
 def test_teacher_that_reads_another_observation_or_no_file_gets_one_line(tmp_path):

@@ -114,9 +114,6 @@ def check_extension_spaces(hp: Mapping[str, Any]) -> None:
     """One clear line for an extension that the env's observations (``obs_shape``, ``critic_obs_shape``) do not
     allow."""
     rules = [
-        (hp["teacher"] is None or hp["critic_obs_shape"] is not None,
-         "model.teacher needs a privileged observation for the teacher to read: set data.privileged_critic true "
-         "(with an env that offers info['privileged_obs'])"),
         (not hp["embedding_dim"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
          "model.embedding_dim needs vector observations and no privileged critic; set model.embedding_dim 0"),
         (not hp["normalize_obs"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),

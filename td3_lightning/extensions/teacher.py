@@ -1,5 +1,5 @@
 """Teacher distillation (``model.teacher``): the actor's action pulled toward a frozen teacher's
-action on the privileged observation of the same replayed step."""
+action on what the critics see of the same replayed step (the privileged observation, else the observation)."""
 
 from __future__ import annotations
 
@@ -53,15 +53,19 @@ def teacher_file(path: str) -> Path:
 
 
 def check_teacher(path: str, hparams: Any) -> Path:
-    """The file of :func:`teacher_file`, checked against the privileged observation shape (``critic_obs_shape``) and
-    the action bounds of the student's ``hparams``, without loading it: one-line :class:`UserInputError`."""
+    """The file of :func:`teacher_file`, checked against the shape of what the critics see (the privileged
+    observation, ``critic_obs_shape``, else the observation) and the action bounds of the student's ``hparams``,
+    without loading it: one-line :class:`UserInputError`."""
     where = teacher_file(path)
     facts = checkpointing.inspect_checkpoint(str(where))
-    shape, want = list(facts["obs_shape"] or []), list(hparams["critic_obs_shape"] or [])
+    privileged = hparams.get("critic_obs_shape") is not None
+    seen = "privileged observation" if privileged else "observation"
+    shape = list(facts["obs_shape"] or [])
+    want = list(hparams["critic_obs_shape"] if privileged else hparams.get("obs_shape") or [])
     if shape != want:
         raise UserInputError(
-            f"model.teacher {path} reads observations of shape {shape}, but the privileged observation has "
-            f"shape {want}; give the checkpoint of a policy trained on the privileged observation's env")
+            f"model.teacher {path} reads observations of shape {shape}, but the {seen} has shape {want}; give "
+            f"the checkpoint of a policy trained on the {seen}'s env (and env_kwargs)")
     bounds, ours = facts["action_bounds"], [list(hparams["action_low"]), list(hparams["action_high"])]
     if bounds is not None and [list(b) for b in bounds] != ours:
         raise UserInputError(
