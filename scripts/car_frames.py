@@ -1,6 +1,7 @@
 """A strip of frames from one drive of a car policy, for the README.
 
-    python scripts/car_frames.py --ckpt_path td3_lightning/checkpoints/car_random_tracks.ckpt --seed 0 --out docs/car_drive.png
+    python scripts/car_frames.py --ckpt_path td3_lightning/checkpoints/car_random_tracks.ckpt \\
+        --seed 0 --out docs/car_drive.png
 
 The drive is on the env the checkpoint was trained on (its id and evaluation env_kwargs, kept in the checkpoint).
 """

@@ -42,8 +42,9 @@ class EnvLoop(L.Callback):
     observations of every reset and step (``info["privileged_obs"]``) are stored beside the
     transitions.
 
-    With ``model.policy_checkpoints`` it collects whole assessments (:mod:`~td3_lightning.extensions.policy_checkpoints`):
-    episodes of one policy with no update between them; the training steps then catch up.
+    With ``model.policy_checkpoints`` it collects whole assessments
+    (:mod:`~td3_lightning.extensions.policy_checkpoints`): episodes of one policy with no update between them; the
+    training steps then catch up.
 
     Logged at the end of every episode: ``train/episode_return``, ``train/episode_length``,
     ``train/episodes``, ``train/env_steps`` (all transitions, warm-up included),
@@ -75,7 +76,8 @@ class EnvLoop(L.Callback):
         self._trainer = trainer
         dm = trainer.datamodule
         if not isinstance(dm, ReplayDataModule):
-            raise UserInputError("EnvLoop needs a ReplayDataModule: call trainer.fit(model, datamodule=ReplayDataModule(...))")
+            raise UserInputError("EnvLoop needs a ReplayDataModule: "
+                                 "call trainer.fit(model, datamodule=ReplayDataModule(...))")
         self.num_envs = dm.num_envs
         check_policy_checkpoint_options(pl_module.hparams, {"num_envs": self.num_envs}, trainer.world_size)
         self._returns = np.zeros(self.num_envs)
@@ -242,7 +244,8 @@ class EnvLoop(L.Callback):
                 if trainer is not None:
                     trainer.lightning_module.check_finite(action=f"; stopped at {when}")
                 raise NonFiniteError(f"non-finite action {value.tolist()} from the actor at {when}")
-            where = f"({value.item()})" if value.ndim == 0 else f"({value[bad][0]} at index {int(np.flatnonzero(bad)[0])})"
+            where = (f"({value.item()})" if value.ndim == 0
+                     else f"({value[bad][0]} at index {int(np.flatnonzero(bad)[0])})")
             raise NonFiniteError(f"non-finite {name} {where} from the environment {dm.env_id} at {when}")
 
     @rank_zero_only
@@ -318,7 +321,8 @@ def privileged_obs(info: dict[str, Any], dm: ReplayDataModule, num_envs: int) ->
     if value.shape == shape:  # one env (SingleEnv passes the env's own info through)
         value = value[None]
     if value.shape != (num_envs, *shape):
-        raise UserInputError(f"data.privileged_critic: {dm.env_id}'s info['privileged_obs'] has shape {value.shape[1:]}, "
+        raise UserInputError(f"data.privileged_critic: {dm.env_id}'s info['privileged_obs'] "
+                             f"has shape {value.shape[1:]}, "
                              f"its privileged_observation_space says {shape}; fix the env or set "
                              "data.privileged_critic false")
     return value

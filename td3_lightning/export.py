@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # torch and Lightning are imported when a checkpoint is read:
     import torch
     from torch import Tensor
 
-__all__ = ["SLIM_KEYS", "slim_checkpoint", "export", "export_torchscript", "export_onnx", "check_out", "main"]
+__all__ = ["SLIM_KEYS", "slim_checkpoint", "export", "export_torchscript", "export_onnx", "check_out", "main"]  # noqa: F822
 
 def _actor_and_example(src: str | Path) -> tuple[torch.nn.Module, Tensor]:
     """The checked checkpoint's actor for inference (eval mode, weights that need no gradient: its

@@ -23,7 +23,8 @@ class HpMetric(L.Callback):
         self._written = False
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        metric = getattr(getattr(pl_module, "episode_metrics", None), "val_return", None)  # TD3's mean validation return, synced over ranks
+        # TD3's mean validation return, synced over ranks
+        metric = getattr(getattr(pl_module, "episode_metrics", None), "val_return", None)
         if trainer.sanity_checking or trainer.state.fn != "fit" or metric is None or metric.update_count == 0:
             return
         value = metric.compute()

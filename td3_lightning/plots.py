@@ -61,7 +61,8 @@ class LearningCurve(L.Callback):
         loop = self._env_loop
         if loop is not None and loop.episodes > self._seen_episodes:
             new = min(loop.episodes - self._seen_episodes, len(loop.recent_returns))
-            self.train.extend((trainer.global_step, r) for r in list(loop.recent_returns)[len(loop.recent_returns) - new :])
+            self.train.extend((trainer.global_step, r)
+                              for r in list(loop.recent_returns)[len(loop.recent_returns) - new :])
             self._seen_episodes = loop.episodes
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

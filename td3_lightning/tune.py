@@ -341,7 +341,8 @@ def open_study(storage_url: str, study_name: str, pruner: Any, sampler_seed: int
     for attempt in range(5):
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat is "experimental"
+                # the heartbeat is "experimental"
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 storage = optuna.storages.RDBStorage(storage_url, engine_kwargs=engine_kwargs,
                                                      heartbeat_interval=_HEARTBEAT_S, grace_period=2 * _HEARTBEAT_S)
             break

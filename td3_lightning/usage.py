@@ -3,8 +3,8 @@
 LightningCLI's own help lists every Trainer option before the model's (about 900 lines);
 ``--help full`` still prints it. The short help is built from the same parser by
 :func:`build_short_help` and kept as text in :mod:`td3_lightning._usage_text`, so that ``--help``
-prints it without importing torch or Lightning (:func:`td3_lightning.commands.answer_early`). ``tests/test_help.py`` checks that the text is
-current; ``python -m td3_lightning.usage`` rewrites it.
+prints it without importing torch or Lightning (:func:`td3_lightning.commands.answer_early`).
+``tests/test_help.py`` checks that the text is current; ``python -m td3_lightning.usage`` rewrites it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ LIGHTNING_LINES: dict[str, str] = {
     "--trainer.default_root_dir": "the folder that holds lightning_logs/version_N/ (default: the current folder).",
     "--trainer.log_every_n_steps": "TensorBoard scalars every N training steps (>= 0; 0: none).",
     "--trainer.enable_model_summary": "print the networks' summary when training starts.",
-    "--checkpoint.every_n_train_steps": "also checkpoint every N training steps, not only at validations (>= 0; 0 = off).",
+    "--checkpoint.every_n_train_steps": "also checkpoint every N training steps, not only at validations "
+                                        "(>= 0; 0 = off).",
     "--checkpoint.save_top_k": "how many best checkpoints by val/return to keep (>= -1; -1 = all).",
 }
 
@@ -43,7 +44,8 @@ GENERAL_LINES: dict[str, str] = {
 #: ``--ckpt_path`` as each subcommand reads it
 CKPT_PATH: dict[str, str] = {
     "fit": "resume: last (the newest last.ckpt in the run folder, lightning_logs/ by default), best, or a file.",
-    "validate": "the policy to play: best (default: the newest best or selected checkpoint), last, or a checkpoint file.",
+    "validate": "the policy to play: best (default: the newest best or selected checkpoint), last, "
+                "or a checkpoint file.",
     "test": "the policy to play: best (default: the newest best or selected checkpoint), last, or a checkpoint file.",
 }
 
@@ -94,7 +96,8 @@ def build_short_help(subcommand: str) -> str:
                  and (not playing or name in PLAYING_OPTIONS)]
         if group:
             sections.append((heading, group))
-    lightning = [(name, text if defaults.get(name[2:]) is None else f"{text} (default: {_default_text(defaults.get(name[2:]))})")
+    lightning = [(name, text if defaults.get(name[2:]) is None
+                  else f"{text} (default: {_default_text(defaults.get(name[2:]))})")
                  for name, text in LIGHTNING_LINES.items() if not playing or name in PLAYING_OPTIONS]
     sections.append(("Lightning's Trainer and ModelCheckpoint, the options used most", lightning))
     width = max(len(name) for _, group in sections for name, _ in group)

@@ -34,7 +34,8 @@ def import_graph() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                    + ([base] if base else []))
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             graph[name] |= {t for t in targets if t in modules and t != name}
     return graph
@@ -120,6 +121,7 @@ PRIVATE_LIGHTNING = re.compile(
 
 def test_private_lightning_and_jsonargparse_attributes_are_used_in_lightning_py_only():
     assert PRIVATE_LIGHTNING.search("x = trainer.strategy._lightning_optimizers") is not None  # the pattern bites
-    users = [p.name for p in PACKAGE.rglob("*.py") if p.name != "_lightning.py" and PRIVATE_LIGHTNING.search(p.read_text())]
+    users = [p.name for p in PACKAGE.rglob("*.py")
+             if p.name != "_lightning.py" and PRIVATE_LIGHTNING.search(p.read_text())]
     assert users == []
     assert PRIVATE_LIGHTNING.search((PACKAGE / "_lightning.py").read_text()) is not None

@@ -38,7 +38,8 @@ def test_shipped_policy_drives_held_out_tracks(tmp_path, monkeypatch, capsys):
     on any machine."""
     monkeypatch.chdir(tmp_path)
     results = _test_results(["test", "--config", "car.yaml", "--data.env_kwargs.aid_features", "false",
-                             "--ckpt_path", str(SHIPPED), "--data.test_episodes", "4", "--data.test_seed", "80"], capsys)
+                             "--ckpt_path", str(SHIPPED), "--data.test_episodes", "4", "--data.test_seed", "80"],
+                            capsys)
     assert results["test/episodes"] == 4.0
     # an untrained policy scores below 0 on these tracks; the shipped driver closes all four laps (931-939)
     assert results["test/success_rate"] == 1.0 and results["episode_successes"] == [1.0] * 4, results

@@ -104,7 +104,8 @@ def test_a_run_without_a_logger_writes_into_no_folder_that_holds_a_run_or_a_file
     assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
         f"error: {tmp_path} already holds config.yaml, which a run without a logger writes there; give a new "
         "--trainer.default_root_dir (or keep a logger), or continue that run with --ckpt_path")
-    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"] and (tmp_path / "config.yaml").read_text() == "# mine\n"
+    assert ([p.name for p in tmp_path.iterdir()] == ["config.yaml"]
+            and (tmp_path / "config.yaml").read_text() == "# mine\n")
     (tmp_path / "config.yaml").unlink()
     main(["fit", *tiny])
     written = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
@@ -228,22 +229,26 @@ def test_fit_then_validate_and_test_from_checkpoint(tmp_path, cli_env):
     run_dir = tmp_path / "lightning_logs" / "version_0"
     last = run_dir / "checkpoints" / "last.ckpt"
     assert last.is_file()
-    assert [p.name for p in (run_dir / "checkpoints").glob("best-step*.ckpt")] in (["best-step150.ckpt"], ["best-step300.ckpt"])
+    assert ([p.name for p in (run_dir / "checkpoints").glob("best-step*.ckpt")]
+            in (["best-step150.ckpt"], ["best-step300.ckpt"]))
     assert "model:" in (run_dir / "config.yaml").read_text()
 
-    val = run_cli(["validate", "--config", "pendulum.yaml", "--data.eval_episodes", "2", "--ckpt_path", str(last)], tmp_path, cli_env)
+    val = run_cli(["validate", "--config", "pendulum.yaml", "--data.eval_episodes", "2", "--ckpt_path", str(last)],
+                  tmp_path, cli_env)
     assert val.returncode == 0, val.stderr[-2000:]
     assert "val/return" in val.stdout
 
     results = []
     for _ in range(2):  # same arguments, same episodes
         test = run_cli(
-            ["test", "--config", "pendulum.yaml", "--data.test_episodes", "3", "--data.test_seed", "7", "--ckpt_path", str(last)],
+            ["test", "--config", "pendulum.yaml", "--data.test_episodes", "3", "--data.test_seed", "7",
+             "--ckpt_path", str(last)],
             tmp_path, cli_env,
         )
         assert test.returncode == 0, test.stderr[-2000:]
         assert "test: 3 episodes, return" in test.stdout
-        path = next(line.split("written to ")[1] for line in test.stdout.splitlines() if "test results written to" in line)
+        path = next(line.split("written to ")[1] for line in test.stdout.splitlines()
+                    if "test results written to" in line)
         results.append(json.loads(Path(path).read_text()))
     assert results[0]["test/episodes"] == 3.0
     assert results[0]["test/episode_length"] == 200.0
@@ -321,8 +326,10 @@ VAL_CHECK = ('error: trainer.val_check_interval must be a number of training ste
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["--trainer.max_steps", "-5"], "error: trainer.max_steps must be at least 1 training step, or -1 for no limit; got -5"),
-        (["--trainer.max_steps", "0"], "error: trainer.max_steps must be at least 1 training step, or -1 for no limit; got 0"),
+        (["--trainer.max_steps", "-5"],
+         "error: trainer.max_steps must be at least 1 training step, or -1 for no limit; got -5"),
+        (["--trainer.max_steps", "0"],
+         "error: trainer.max_steps must be at least 1 training step, or -1 for no limit; got 0"),
         (["--trainer.max_steps", "abc"], "error: invalid value for trainer.max_steps: expected an int, got 'abc'"),
         (["--trainer.val_check_interval", "0"], VAL_CHECK + "0"),
         (["--trainer.val_check_interval", "-3"], VAL_CHECK + "-3"),
@@ -432,7 +439,8 @@ CONFIG_EXAMPLE = ("e.g. 'trainer: {max_steps: 20000}' and 'model: {gamma: 0.98}'
 @pytest.mark.parametrize(
     "content, line",
     [
-        ("", "error: config file my.yaml is empty (or only comments): write the options in it as YAML, " + CONFIG_EXAMPLE),
+        ("", "error: config file my.yaml is empty (or only comments): write the options in it as YAML, "
+         + CONFIG_EXAMPLE),
         ("# nothing yet\n", "error: config file my.yaml is empty (or only comments): write the options in it as YAML, "
          + CONFIG_EXAMPLE),
         ("model:\n  gamma: [0.9\n", "error: config file my.yaml is not valid YAML: expected ',' or ']', but got "
@@ -508,7 +516,8 @@ def test_help_documents_every_option(cli_env, tmp_path):
 
 
 def test_print_config_shows_overrides(cli_env, tmp_path):
-    out = run_cli(["fit", "--config", "pendulum.yaml", "--model.gamma", "0.98", "--data.batch_size", "64", "--print_config"], tmp_path, cli_env)
+    out = run_cli(["fit", "--config", "pendulum.yaml", "--model.gamma", "0.98", "--data.batch_size", "64",
+                   "--print_config"], tmp_path, cli_env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "gamma: 0.98" in out.stdout and "batch_size: 64" in out.stdout and "env_id: Pendulum-v1" in out.stdout
 

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="to
 
 
 def _run(args: list[str], cwd: Path, cli_env: dict[str, str]) -> subprocess.CompletedProcess:
-    env = {**cli_env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent) + os.pathsep + cli_env["PYTHONPATH"]}
+    env = {**cli_env, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(Path(__file__).parent) + os.pathsep + cli_env["PYTHONPATH"]}
     proc = subprocess.run([sys.executable, "-m", "td3_lightning", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -41,7 +42,8 @@ def _ranks(folder: Path) -> list[dict]:
 def ddp_runs(tmp_path_factory, cli_env):
     """A: 400 steps straight. B: 200 steps (an episode end), then resumed to 400."""
     root = tmp_path_factory.mktemp("ddp")
-    _run([*FIT, "--trainer.max_steps", "400", "--trainer.default_root_dir", "A", *_probe(root / "probe_a")], root, cli_env)
+    _run([*FIT, "--trainer.max_steps", "400", "--trainer.default_root_dir", "A", *_probe(root / "probe_a")],
+         root, cli_env)
     _run([*FIT, "--trainer.max_steps", "200", "--trainer.default_root_dir", "B"], root, cli_env)
     last = root / "B" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     resumed = _run([*FIT, "--trainer.max_steps", "400", "--trainer.default_root_dir", "B", "--ckpt_path", str(last),

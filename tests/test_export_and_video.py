@@ -91,7 +91,8 @@ def test_onnx_actor_gives_the_module_actions_at_any_batch_size(pendulum_ckpt, tm
 
 def test_export_of_a_missing_checkpoint_is_one_line_and_writes_nothing(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["export", "--ckpt_path", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "a.onnx"), "--format", "onnx"])
+        main(["export", "--ckpt_path", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "a.onnx"),
+              "--format", "onnx"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: checkpoint file not found") and "\n" not in err
@@ -177,7 +178,8 @@ def test_export_refuses_to_write_over_its_own_checkpoint(out, overwrite, pendulu
     (tmp_path / "sub").mkdir()
     (tmp_path / "link.ckpt").symlink_to(tmp_path / "run.ckpt")
     before = _snapshot(tmp_path)
-    proc = _export(["--ckpt_path", "run.ckpt", "--out", out, *(["--overwrite"] if overwrite else [])], tmp_path, cli_env)
+    proc = _export(["--ckpt_path", "run.ckpt", "--out", out, *(["--overwrite"] if overwrite else [])],
+                   tmp_path, cli_env)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr == (f"error: --out {out} is the checkpoint being exported (--ckpt_path run.ckpt); "
                            "write the export to another file\n")
@@ -191,7 +193,8 @@ def test_export_replaces_an_existing_file_only_with_overwrite(pendulum_ckpt, tmp
     args = ["--ckpt_path", str(pendulum_ckpt), "--out", "policy.ckpt"]
     refused = _export(args, tmp_path, cli_env)
     assert refused.returncode == 2, refused.stderr[-2000:]
-    assert refused.stderr == "error: --out policy.ckpt exists; pass --overwrite to replace it, or choose another --out\n"
+    assert refused.stderr == ("error: --out policy.ckpt exists; pass --overwrite to replace it, "
+                              "or choose another --out\n")
     assert _snapshot(tmp_path) == before
 
     replaced = _export([*args, "--overwrite"], tmp_path, cli_env)
@@ -224,7 +227,8 @@ def test_export_to_a_folder_not_made_yet_or_one_that_cannot_be_written_is_one_li
 def test_export_to_the_home_folder_says_where_it_wrote(pendulum_ckpt, tmp_path, cli_env):
     home = tmp_path / "home"
     home.mkdir()
-    proc = _export(["--ckpt_path", str(pendulum_ckpt), "--out", "~/policy.ckpt"], tmp_path, {**cli_env, "HOME": str(home)})
+    proc = _export(["--ckpt_path", str(pendulum_ckpt), "--out", "~/policy.ckpt"], tmp_path,
+                   {**cli_env, "HOME": str(home)})
     assert proc.returncode == 0, proc.stderr[-2000:]  # before: written, then a FileNotFoundError for `~/policy.ckpt`
     assert proc.stdout.strip().splitlines()[-1].startswith(f"wrote {home / 'policy.ckpt'} (")
     assert (home / "policy.ckpt").is_file() and not (tmp_path / "~").exists()

@@ -114,7 +114,8 @@ def two_node_runs(tmp_path_factory, cli_env) -> Path:
     fit = ["fit", *ARGS]
     _two_nodes(_torchrun, [*fit, "--trainer.max_steps", "400", "--trainer.default_root_dir", "A",
                            *_probe(root / "probe_a")], root, cli_env, "a")
-    _two_nodes(_lightning_env, [*fit, "--trainer.max_steps", "200", "--trainer.default_root_dir", "B"], root, cli_env, "b")
+    _two_nodes(_lightning_env, [*fit, "--trainer.max_steps", "200", "--trainer.default_root_dir", "B"],
+               root, cli_env, "b")
     last = root / "B" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     _two_nodes(_srun, [*fit, "--trainer.max_steps", "400", "--trainer.default_root_dir", "B",
                               "--ckpt_path", str(last), *_probe(root / "probe_b")], root, cli_env, "b_resumed")

@@ -177,7 +177,8 @@ def test_images_too_small_for_the_encoder_are_one_line(capsys):
 # ------------------------------------------------------------------ end to end
 def test_pixel_training_runs_end_to_end_and_resumes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = ["--config", "car_pixels.yaml", "--data.env_kwargs", "{resize: 40, action_repeat: 4, max_episode_frames: 200, "
+    args = ["--config", "car_pixels.yaml", "--data.env_kwargs",
+            "{resize: 40, action_repeat: 4, max_episode_frames: 200, "
             "action_mode: steer_throttle}", "--data.warmup_steps", "60", "--data.batch_size", "8",
             "--data.buffer_size", "400", "--data.eval_episodes", "1", "--trainer.val_check_interval", "20",
             "--model.hidden_dims", "[16,16]", "--learning_curve.filename", "", "--trainer.enable_progress_bar", "false",

@@ -156,7 +156,8 @@ def test_pixel_actor_keeps_its_own_encoder_and_the_state_head_adds_its_error():
     assert torch.allclose(model.stats.means()["train/state_prediction_loss"], error)
     assert "train/state_prediction_loss" not in model.stats.means()  # each log starts afresh
     trained = {id(p) for g in model.configure_optimizers()[1].param_groups for p in g["params"]}
-    assert {id(p) for p in model.extensions.actor_terms["state_prediction"].head.parameters()} <= trained  # the actor's optimizer trains the head
+    # the actor's optimizer trains the head
+    assert {id(p) for p in model.extensions.actor_terms["state_prediction"].head.parameters()} <= trained
     assert {id(p) for p in model.actor.encoder.parameters()} <= trained
     assert not any(k.startswith("actor_terms") for k in model.actor.state_dict())  # not part of the policy
 
@@ -198,7 +199,8 @@ def test_pixel_run_with_a_privileged_critic_exports_an_actor_that_takes_frames_o
 
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", "car_pixels.yaml", "--data.env_kwargs", "{resize: 40, action_repeat: 4, "
-          "max_episode_frames: 120, action_mode: steer_throttle}", "--data.warmup_steps", "40", "--data.batch_size", "8",
+          "max_episode_frames: 120, action_mode: steer_throttle}", "--data.warmup_steps", "40",
+          "--data.batch_size", "8",
           "--data.buffer_size", "200", "--data.eval_episodes", "1", "--trainer.val_check_interval", "16",
           "--model.hidden_dims", "[16,16]", "--learning_curve.filename", "", "--trainer.enable_progress_bar", "false",
           "--model.random_shift", "2", "--trainer.max_steps", "16"])
@@ -248,7 +250,8 @@ def test_teacher_term_is_the_squared_action_distance_in_half_ranges(tmp_path):
                 teacher=str(tmp_path / "t.ckpt"), teacher_weight=3.0)
     model.extensions.actor_terms["teacher"].teacher = (load_teacher(model.hparams.teacher, model),)
     batch = {"obs": torch.randn(5, 2), "critic_obs": torch.randn(5, 3)}
-    assert torch.allclose(model.extensions.actor_terms["teacher"].teacher[0](batch["critic_obs"]), torch.full((5, 1), 0.5))
+    assert torch.allclose(model.extensions.actor_terms["teacher"].teacher[0](batch["critic_obs"]),
+                          torch.full((5, 1), 0.5))
     actions = model.actor(batch["obs"])
     q = model.critic.q1(batch["critic_obs"], actions)
     assert torch.allclose(model.actor_loss(batch), -q.mean() + 3.0 * (actions - 0.5).pow(2).mean())

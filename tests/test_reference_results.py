@@ -239,7 +239,8 @@ def test_compare_draws_named_summaries_one_panel_each_and_refuses_unknown_names(
 
 @pytest.mark.parametrize("option, why", [
     ("--seed_everything=5", "--seed_everything is set by run itself (from --seeds); leave it out"),
-    ("--trainer.default_root_dir", "--trainer.default_root_dir is set by run itself (runs/<name>/seed<S>); leave it out"),
+    ("--trainer.default_root_dir",
+     "--trainer.default_root_dir is set by run itself (runs/<name>/seed<S>); leave it out"),
     ("--trainer.logger.init_args.save_dir", "--trainer.logger.init_args.save_dir must stay the default: run finds "
                                             "each seed's checkpoints and tests under lightning_logs; leave it out"),
 ])

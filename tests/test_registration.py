@@ -21,8 +21,8 @@ IDS = ["CarRacingState-v0", "CarRacingPixels-v0"]
 
 def _python(code: str, cli_env: dict[str, str], tmp_path) -> subprocess.CompletedProcess:
     env = {**cli_env, "OMP_NUM_THREADS": "1", "SDL_VIDEODRIVER": "dummy"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 

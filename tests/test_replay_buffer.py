@@ -7,7 +7,8 @@ from td3_lightning.replay import ReplayBuffer
 
 def fill(buf: ReplayBuffer, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
-        buf.add(np.full(buf.obs_shape, i), np.full(buf.action_dim, i), float(i), np.full(buf.obs_shape, i + 1), i % 7 == 0)
+        buf.add(np.full(buf.obs_shape, i), np.full(buf.action_dim, i), float(i), np.full(buf.obs_shape, i + 1),
+                i % 7 == 0)
 
 
 def test_wraps_around_and_overwrites_the_oldest():
@@ -16,7 +17,8 @@ def test_wraps_around_and_overwrites_the_oldest():
     assert len(buf) == 5 and buf.pos == 2
     assert sorted(buf.reward.tolist()) == [2.0, 3.0, 4.0, 5.0, 6.0]
     assert buf.obs[0].tolist() == [5.0, 5.0] and buf.next_obs[1].tolist() == [7.0, 7.0]
-    assert buf.terminated.tolist() == [False, False, False, False, False]  # only value 0 was terminal, and it was overwritten
+    # only value 0 was terminal, and it was overwritten
+    assert buf.terminated.tolist() == [False, False, False, False, False]
     fill(buf, 1, start=7)  # 7 % 7 == 0: terminated, written at slot 2
     assert buf.terminated[2].item() is True and buf.reward[2].item() == 7.0
 

@@ -314,7 +314,8 @@ def test_running_statistics_equal_the_moments_of_everything_merged():
     norm = ObservationNormalizer(3)
     assert torch.equal(norm(torch.tensor([[1.0, -2.0, 3.0]])), torch.tensor([[1.0, -2.0, 3.0]]))  # identity at first
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(1000, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1]) + torch.tensor([2.0, -3.0, 7.0])
+    x = (torch.randn(1000, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1])
+         + torch.tensor([2.0, -3.0, 7.0]))
     for chunk in x.split(77):
         norm.update(chunk)
     assert norm.count.item() == 1000

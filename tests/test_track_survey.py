@@ -286,7 +286,8 @@ def test_a_survey_of_two_tracks_matches_the_evaluation_and_repeats_exactly(tmp_p
     model = TD3.load_from_checkpoint(SHIPPED, map_location="cpu").eval()
     env = make_env("CarRacingState-v0", {"action_repeat": 2, "action_mode": "steer_throttle"})
     with torch.no_grad():
-        played = [run_episode(env, lambda o: model.actor(torch.as_tensor(o)[None])[0].numpy(), seed) for seed in (80, 81)]
+        played = [run_episode(env, lambda o: model.actor(torch.as_tensor(o)[None])[0].numpy(), seed)
+                  for seed in (80, 81)]
     tracks = first["tracks"]
     assert [t["seed"] for t in tracks] == [80, 81]
     for t, p in zip(tracks, played):

@@ -49,7 +49,8 @@ def test_validation_and_checkpoints_count_env_steps(tmp_path):
 
     L.seed_everything(0)
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=1000, eval_episodes=2)
-    ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=40, save_top_k=-1, filename="s{step}", auto_insert_metric_name=False)
+    ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=40, save_top_k=-1, filename="s{step}",
+                           auto_insert_metric_name=False)
     trainer = quiet_trainer(
         max_steps=120, val_check_interval=50, callbacks=[ckpt, RecordValidation()], enable_checkpointing=True
     )
@@ -85,7 +86,8 @@ def _fit(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None, n_s
     loop = EnvLoop()
     callbacks: list[Callback] = [loop]
     if every is not None:
-        callbacks.append(ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=every, save_top_k=-1, filename="s{step}", auto_insert_metric_name=False))
+        callbacks.append(ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=every, save_top_k=-1, filename="s{step}",
+                                         auto_insert_metric_name=False))
     trainer = quiet_trainer(max_steps=max_steps, callbacks=callbacks, enable_checkpointing=every is not None)
     trainer.fit(model, dm, ckpt_path=ckpt_path)
     return trainer, model, dm, loop
@@ -172,7 +174,8 @@ def test_solved_threshold_stops_at_the_first_evaluation_reaching_it():
 
     L.seed_everything(0)
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=1000, eval_episodes=2)
-    solved = EarlyStopping("val/return", mode="max", stopping_threshold=19.5, patience=10**6, check_on_train_epoch_end=False)
+    solved = EarlyStopping("val/return", mode="max", stopping_threshold=19.5, patience=10**6,
+                           check_on_train_epoch_end=False)
     trainer = quiet_trainer(max_steps=1000, val_check_interval=30, callbacks=[solved])
     trainer.fit(small(dm), dm)
     assert trainer.global_step == 30  # every episode returns 20 > 19.5: solved at the first evaluation

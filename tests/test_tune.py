@@ -14,8 +14,8 @@ import yaml
 
 optuna = pytest.importorskip("optuna")
 
-from td3_lightning import tune as tune_module
-from td3_lightning.__main__ import main
+from td3_lightning import tune as tune_module  # noqa: E402
+from td3_lightning.__main__ import main  # noqa: E402
 
 # 300 training steps, a validation every 100 (one episode), 100 warm-up steps, a small network
 TINY = [
@@ -185,7 +185,8 @@ def test_the_default_space_leaves_tau_out_under_hard_target_updates(tmp_path, mo
          ("error: space entry model.tau: type must be float, int or categorical, got 'flot'; "
          "e.g. {type: float, low: 1e-4, high: 1e-3, log: true}")),
         (["--storage", "sqlite:////no/such/folder/tune.db"], None,
-         ("error: cannot open the storage sqlite:////no/such/folder/tune.db (OperationalError: (sqlite3.OperationalError)"
+         ("error: cannot open the storage sqlite:////no/such/folder/tune.db "
+         "(OperationalError: (sqlite3.OperationalError)"
          " unable to open database file); pass a database URL that can be opened to --storage, e.g. "
          "sqlite:///tune.db or postgresql://user:password@host/db")),
         (["--model.gama", "0.9"], None, ("error: unknown option --model.gama (did you mean --model.gamma?); --help "
@@ -359,7 +360,8 @@ def test_ctrl_c_in_a_trial_is_one_line_and_the_study_keeps_the_trial(tmp_path, m
     finally:
         logging.getLogger("optuna").removeHandler(optuna_log)
     assert exit_info.value.code == 130
-    assert optuna_log.lines == []  # before: "Trial 0 failed ... KeyboardInterrupt()", its traceback, "failed with value"
+    # before: "Trial 0 failed ... KeyboardInterrupt()", its traceback, "failed with value"
+    assert optuna_log.lines == []
     err = capfd.readouterr().err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err and "failed with" not in err, err
     assert err.strip().splitlines()[-1] == ("interrupted: the study keeps its trials (the interrupted one as FAIL); "

@@ -75,7 +75,8 @@ def check_teacher(path: str, hparams: Any) -> Path:
 
 
 def load_teacher(path: str, module: Any) -> torch.nn.Module:
-    """The frozen policy of the checkpoint ``path`` (its actor, or its policy checkpoint) (:func:`check_teacher` against ``module``'s hyperparameters)."""
+    """The frozen policy of the checkpoint ``path`` (its actor, or its policy checkpoint) (:func:`check_teacher` against
+    ``module``'s hyperparameters)."""
     where = check_teacher(path, module.hparams)
     teacher = type(module).load_from_checkpoint(where, map_location="cpu")
     return teacher.policy.requires_grad_(False).eval()
