@@ -420,7 +420,9 @@ def test_trained_on_gives_the_overrides_back_to_the_checkpoint_s_env():
         said + "; add --data.env_kwargs.action_repeat 2 --data.env_kwargs.action_mode steer_throttle "
         "--data.env_kwargs.aid_features false")
     assert trained_on(facts, "Pendulum-v1", {}) == (
-        said + "; use --config car.yaml --data.env_kwargs.aid_features false")  # the bundled config needing fewest
+        said + "; use --config car_taught.yaml")  # the bundled config needing fewest: none (car.yaml: one)
+    assert trained_on((facts[0], {**facts[1], "aid_features": True}), "Pendulum-v1", {}).endswith(
+        "; use --config car.yaml")
     assert trained_on((None, None), "Pendulum-v1", {}) == ""
     # bundled configs of the same env and env_kwargs: the one whose model options the checkpoint's agree with
     hopper = ("Hopper-v5", {})

@@ -13,6 +13,7 @@ from td3_lightning.cli import main
 
 SHIPPED = Path(td3_lightning.__file__).parent / "checkpoints" / "car_random_tracks.ckpt"
 SHIPPED_PIXELS = Path(td3_lightning.__file__).parent / "checkpoints" / "car_pixels.ckpt"
+TAUGHT = Path(td3_lightning.__file__).parent / "checkpoints" / "car_taught.ckpt"
 
 
 def _test_results(argv: list[str], capsys) -> dict:
@@ -61,6 +62,51 @@ def test_shipped_policy_drives_on_where_the_driver_before_it_stood_still():
 
     env = CarRacingState(action_mode="steer_throttle", action_repeat=2)
     for seed, least in [(1000102, 908.0), (1000885, 919.0), (1000600, 922.0)]:
+        episode = run_episode(env, drive, seed=seed)
+        assert episode["success"] == 1.0 and episode["return"] > least, (seed, episode)
+
+
+def test_taught_driver_is_small_and_acts_as_recorded_without_reading_its_teacher():
+    """``car_taught.yaml``'s driver: 43 features, its teacher named in the hyperparameters and not needed to load
+    or act; the actions it gave on these observations when it was trained."""
+    assert TAUGHT.stat().st_size < 5_000_000
+    model = TD3.load_from_checkpoint(TAUGHT, map_location="cpu")
+    assert model.hparams.obs_shape == [43] and model.hparams.critic_obs_shape is None
+    assert model.hparams.teacher == "td3_lightning/checkpoints/car_random_tracks.ckpt"
+    assert model.extensions.actor_terms["teacher"].teacher == ()  # read only when fitting starts
+    obs = torch.randn(4, 43, generator=torch.Generator().manual_seed(123))
+    with torch.no_grad():
+        assert torch.equal(model.actor(obs), torch.tensor([
+            [0.9999388456344604, -0.038368720561265945], [-0.9982863068580627, -0.9924534559249878],
+            [0.9783214926719666, -0.9935483336448669], [-1.0, -0.9999971985816956]]))
+
+
+def test_taught_driver_closes_held_out_laps_faster_than_its_teacher(tmp_path, monkeypatch, capsys):
+    """Held-out tracks 80-83, where the teacher scores 931-939 (mean at least 934.4): the taught driver closes
+    all four laps at 932.7-940.8 with 1e-5 input perturbations (mean at least 936.4), so the test holds on any
+    machine."""
+    monkeypatch.chdir(tmp_path)
+    results = _test_results(["test", "--config", "car_taught.yaml", "--ckpt_path", str(TAUGHT),
+                             "--data.test_episodes", "4", "--data.test_seed", "80"], capsys)
+    assert results["episode_successes"] == [1.0] * 4, results
+    assert results["test/return_min"] > 932.0, results
+    assert results["test/return"] > 935.5, results
+
+
+def test_taught_driver_drives_on_where_the_driver_before_the_shipped_one_stood_still():
+    """The standstill tracks of docs/track_survey.md: the taught driver closes each lap (1e-5 input perturbations:
+    913.3-914.2, 924.1-924.8, 927.0-927.8)."""
+    from td3_lightning.envs.car_racing import CarRacingState
+    from td3_lightning.evaluation import run_episode
+
+    actor = TD3.load_from_checkpoint(TAUGHT, map_location="cpu").policy.eval()
+
+    def drive(obs):
+        with torch.no_grad():
+            return actor(torch.as_tensor(obs)[None])[0].numpy()
+
+    env = CarRacingState(action_mode="steer_throttle", action_repeat=2)
+    for seed, least in [(1000102, 912.0), (1000885, 923.0), (1000600, 926.0)]:
         episode = run_episode(env, drive, seed=seed)
         assert episode["success"] == 1.0 and episode["return"] > least, (seed, episode)
 
