@@ -23,6 +23,23 @@ def _test_results(argv: list[str], capsys) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def _closes_laps(path: Path, seeds_and_least: list[tuple[int, float]]) -> None:
+    """The state driver at ``path`` closes the lap of each track seed with a return above its least."""
+    from td3_lightning.envs.car_racing import CarRacingState
+    from td3_lightning.evaluation import run_episode
+
+    actor = TD3.load_from_checkpoint(path, map_location="cpu").policy.eval()
+
+    def drive(obs):
+        with torch.no_grad():
+            return actor(torch.as_tensor(obs)[None])[0].numpy()
+
+    env = CarRacingState(action_mode="steer_throttle", action_repeat=2)
+    for seed, least in seeds_and_least:
+        episode = run_episode(env, drive, seed=seed)
+        assert episode["success"] == 1.0 and episode["return"] > least, (seed, episode)
+
+
 def test_shipped_checkpoint_is_small_and_rebuilds_without_an_env():
     assert SHIPPED.stat().st_size < 5_000_000
     model = TD3.load_from_checkpoint(SHIPPED, map_location="cpu")
@@ -51,19 +68,7 @@ def test_shipped_policy_drives_held_out_tracks(tmp_path, monkeypatch, capsys):
 def test_shipped_policy_drives_on_where_the_driver_before_it_stood_still():
     """Tracks on which the driver shipped before braked to a standstill on the road (docs/track_survey.md): the
     shipped driver closes each lap (1e-5 input perturbations: 911.0-912.3, 922.2-922.8, 925.3-926.0)."""
-    from td3_lightning.envs.car_racing import CarRacingState
-    from td3_lightning.evaluation import run_episode
-
-    actor = TD3.load_from_checkpoint(SHIPPED, map_location="cpu").policy.eval()
-
-    def drive(obs):
-        with torch.no_grad():
-            return actor(torch.as_tensor(obs)[None])[0].numpy()
-
-    env = CarRacingState(action_mode="steer_throttle", action_repeat=2)
-    for seed, least in [(1000102, 908.0), (1000885, 919.0), (1000600, 922.0)]:
-        episode = run_episode(env, drive, seed=seed)
-        assert episode["success"] == 1.0 and episode["return"] > least, (seed, episode)
+    _closes_laps(SHIPPED, [(1000102, 908.0), (1000885, 919.0), (1000600, 922.0)])
 
 
 def test_taught_driver_is_small_and_acts_as_recorded_without_reading_its_teacher():
@@ -96,19 +101,7 @@ def test_taught_driver_closes_held_out_laps_faster_than_its_teacher(tmp_path, mo
 def test_taught_driver_drives_on_where_the_driver_before_the_shipped_one_stood_still():
     """The standstill tracks of docs/track_survey.md: the taught driver closes each lap (1e-5 input perturbations:
     913.3-914.2, 924.1-924.8, 927.0-927.8)."""
-    from td3_lightning.envs.car_racing import CarRacingState
-    from td3_lightning.evaluation import run_episode
-
-    actor = TD3.load_from_checkpoint(TAUGHT, map_location="cpu").policy.eval()
-
-    def drive(obs):
-        with torch.no_grad():
-            return actor(torch.as_tensor(obs)[None])[0].numpy()
-
-    env = CarRacingState(action_mode="steer_throttle", action_repeat=2)
-    for seed, least in [(1000102, 912.0), (1000885, 923.0), (1000600, 926.0)]:
-        episode = run_episode(env, drive, seed=seed)
-        assert episode["success"] == 1.0 and episode["return"] > least, (seed, episode)
+    _closes_laps(TAUGHT, [(1000102, 912.0), (1000885, 923.0), (1000600, 926.0)])
 
 
 def test_shipped_pixel_checkpoint_is_small_and_its_actor_reads_frames_only():
