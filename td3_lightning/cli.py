@@ -171,8 +171,8 @@ class SaveRunConfig(SaveConfigCallback):
         super().__init__(parser, config, **kwargs)
 
     def check_run_folder(self, trainer: Trainer, config_files: list[str], subcommand: str | None) -> None:
-        """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), and a
-        new fit refuses a TensorBoard or CSV log folder that holds another run (a logger version given twice), or
+        """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), nor
+        over the files a validate or test without a logger writes there; a new fit refuses a TensorBoard or CSV log folder that holds another run (a logger version given twice), or
         without a logger a folder that holds a run's files; a resumed fit, or a requeued SLURM job, continues there.
         ``subcommand`` is None for tune's builds of a trial's trainer, which check like a fit but name no job folder."""
         log_dir = trainer.log_dir
@@ -182,6 +182,13 @@ class SaveRunConfig(SaveConfigCallback):
         if target.is_file() and target.resolve() in {Path(f).resolve() for f in config_files}:
             raise UserInputError(f"the run would write its {self.config_filename} over --config {target}; give "
                                  "another --trainer.default_root_dir, or keep your config file elsewhere")
+        if trainer.logger is None and subcommand in ("validate", "test"):  # it writes into default_root_dir itself
+            names = ["config.yaml", "test_results.json"] if subcommand == "test" else ["config.yaml"]
+            there = [name for name in names if Path(log_dir, name).exists()]
+            if there:
+                raise UserInputError(
+                    f"{log_dir} already holds {', '.join(there)}, which {subcommand} without a logger writes there; "
+                    "give a new --trainer.default_root_dir (or keep a logger)")
         job = SLURMEnvironment.job_id()
         fit = subcommand in ("fit", None)
         if not fit or self.resumed_from or (job is not None and _requeued(Path(trainer.default_root_dir))):

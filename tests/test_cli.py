@@ -131,6 +131,41 @@ def test_a_run_without_a_logger_writes_into_no_folder_that_holds_a_run_or_a_file
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == written
 
 
+def test_a_validate_or_test_without_a_logger_writes_over_no_file_of_yours(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.val_check_interval", "20",
+          "--data.eval_episodes", "1", "--trainer.max_steps", "20"])
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    play = tmp_path / "play"
+    play.mkdir()
+    (play / "test_results.json").write_text('{"mine": 1}\n')
+
+    def refused(subcommand: str, held: str) -> None:
+        before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in play.iterdir()}
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as info:
+            main([subcommand, *args])
+        assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"error: {play} already holds {held}, which {subcommand} without a logger writes there; give a new "
+            "--trainer.default_root_dir (or keep a logger)")
+        assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in play.iterdir()} == before
+
+    args = ["--config", "pendulum.yaml", "--ckpt_path", str(last), "--data.eval_episodes", "1",
+            "--data.test_episodes", "1", "--trainer.logger", "false", "--trainer.default_root_dir", str(play)]
+    refused("test", "test_results.json")
+    main(["validate", *args])  # validate writes no test_results.json: it runs, and writes its config.yaml
+    assert sorted(p.name for p in play.iterdir()) == ["config.yaml", "test_results.json"]
+    assert (play / "test_results.json").read_text() == '{"mine": 1}\n'
+    refused("validate", "config.yaml")
+    refused("test", "config.yaml, test_results.json")
+    fresh = tmp_path / "fresh"
+    args[-1] = str(fresh)
+    main(["test", *args])
+    assert json.loads((fresh / "test_results.json").read_text())["test/episodes"] == 1.0
+    play = fresh
+    refused("test", "config.yaml, test_results.json")
+
+
 def test_a_slurm_job_keeps_its_fit_folder_for_itself(tmp_path, monkeypatch, capsys):
     """Under SLURM a fit writes lightning_logs/version_<job id>. Before: a test in the same job wrote its config.yaml
     over the fit's there, and a second fit mixed its checkpoints into the first's."""
