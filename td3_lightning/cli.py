@@ -47,7 +47,8 @@ from td3_lightning.checkpointing import (
 )
 from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
 from td3_lightning.envs import env_overrides, make_env, trained_on, training_aid_names
-from td3_lightning.errors import DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, yaml_problem
+from td3_lightning.errors import (PACKAGE_ROOT, DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean,
+                                  shipped_path, yaml_problem)
 from td3_lightning.extensions import check_extensions_act
 from td3_lightning.idle_options import idle_options, signature_defaults
 from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
@@ -171,10 +172,11 @@ class SaveRunConfig(SaveConfigCallback):
         super().__init__(parser, config, **kwargs)
 
     def check_run_folder(self, trainer: Trainer, config_files: list[str], subcommand: str | None) -> None:
-        """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), nor
-        over the files a validate or test without a logger writes there; a new fit refuses a TensorBoard or CSV log folder that holds another run (a logger version given twice), or
-        without a logger a folder that holds a run's files; a resumed fit, or a requeued SLURM job, continues there.
-        ``subcommand`` is None for tune's builds of a trial's trainer, which check like a fit but name no job folder."""
+        """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), nor over
+        the files a validate or test without a logger writes there; a new fit refuses a TensorBoard or CSV log
+        folder that holds another run (a logger version given twice), or without a logger a folder that holds a
+        run's files; a resumed fit, or a requeued SLURM job, continues there. ``subcommand`` is None for tune's
+        builds of a trial's trainer, which check like a fit but name no job folder."""
         log_dir = trainer.log_dir
         if log_dir is None:
             return
@@ -305,6 +307,9 @@ class TD3CLI(LightningCLIHooks):
             if isinstance(ckpt, str) and (ckpt == "hpc" or ckpt.startswith("file://")):  # a file here: checked as one
                 ckpt = _hpc_checkpoint(config) if ckpt == "hpc" else ckpt[len("file://"):]
                 self.config[f"{subcommand}.ckpt_path"] = ckpt
+            if isinstance(ckpt, str) and ckpt not in ("last", "best") and not _lightning_resolves(ckpt):
+                ckpt = str(shipped_path(ckpt))  # a shipped driver's path works from any folder
+                self.config[f"{subcommand}.ckpt_path"] = ckpt
             if ckpt in ("last", "best"):
                 newest = find_run_checkpoint(config, ckpt, selected=False)
                 chosen = selected_checkpoint(newest) if ckpt == "best" else None
@@ -335,6 +340,8 @@ class TD3CLI(LightningCLIHooks):
             self._refuse_replaced_options(subcommand, ckpt, given)
         if mode is not None:
             self.config[subcommand]["model"]["compile_mode"] = mode
+        if subcommand == "fit" and ckpt is None:
+            self._record_teacher_where_found(self.config[subcommand]["model"])
         max_steps = (self.config[subcommand].get("trainer") or {}).get("max_steps") if subcommand == "fit" else None
         done = (self._ckpt_facts or {}).get("global_step", 0)
         if max_steps is not None and max_steps != -1 and done >= max_steps:
@@ -352,6 +359,15 @@ class TD3CLI(LightningCLIHooks):
             self._notes += (f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's {saved}: the "
                             f"networks start over after training step{'s' if len(resets) > 1 else ''} "
                             f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)",)
+
+    @staticmethod
+    def _record_teacher_where_found(model: Any) -> None:
+        """A new run's ``model.teacher`` given relative to this folder is recorded as an absolute path, so that the
+        run resumes from any folder (a path beside the installed package, a shipped teacher, stays as given)."""
+        teacher = model.get("teacher")
+        if isinstance(teacher, str) and teacher and not os.path.isabs(teacher) and os.path.isfile(teacher):
+            if not (PACKAGE_ROOT / teacher).is_file() or not os.path.samefile(PACKAGE_ROOT / teacher, teacher):
+                model["teacher"] = os.path.abspath(teacher)
 
     def _refuse_replaced_options(self, subcommand: str, ckpt: str, given: dict[str, Any]) -> None:
         """Model options given on the command line that the checkpoint's own replace: refused by fit (the resumed run
@@ -514,7 +530,7 @@ class TD3CLI(LightningCLIHooks):
             kwargs["logger"] = TensorBoardLogger(save_dir=save_dir, version=version, default_hp_metric=False)
         try:
             trainer = super().instantiate_trainer(**kwargs)
-        except (MisconfigurationException, ValueError) as err:  # the Trainer's own checks of its arguments
+        except (MisconfigurationException, ValueError, ImportError) as err:  # the Trainer's checks of its arguments
             raise lightning_refusal(err, "trainer", _as_dict(config)) from None
         # the episodes this subcommand plays, checked before any process is started or anything written
         stage = "test" if self.subcommand == "test" else "val"
@@ -909,7 +925,7 @@ RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal")
 def _same(key: str, saved: Any, given: Any) -> bool:
     """Whether a given model option is the checkpoint's (a teacher file: the same file, however named)."""
     if key == "teacher" and isinstance(saved, str) and isinstance(given, str):
-        return os.path.realpath(saved) == os.path.realpath(given)
+        return os.path.realpath(shipped_path(saved)) == os.path.realpath(shipped_path(given))
     return saved == given
 
 

@@ -48,6 +48,20 @@ def yaml_problem(err: Any) -> str:
 CKPT_PATH_TAKES = "--ckpt_path takes last, best or a .ckpt file that td3_lightning wrote"
 
 
+#: the folder that holds the installed package: the shipped checkpoints are td3_lightning/checkpoints/*.ckpt in it
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def shipped_path(path: str | Path) -> Path:
+    """``path``; for a relative path into the package (``td3_lightning/...``) that names no file here, the file of
+    the installed package when it is there (``td3_lightning/checkpoints/car_taught.ckpt`` from any folder)."""
+    where = Path(path)
+    if str(path) == "" or where.is_absolute() or where.is_file() or where.parts[:1] != ("td3_lightning",):
+        return where
+    beside = PACKAGE_ROOT / where
+    return beside if beside.is_file() else where
+
+
 def check_checkpoint_file(path: str | Path, option: str = "--ckpt_path", takes: str = CKPT_PATH_TAKES,
                           run_names: bool = True) -> None:
     """One-line :class:`UserInputError` unless ``path`` (what ``option`` names) is an existing file: the part of

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from td3_lightning.commands import PROG, OneLineParser, plain_text
-from td3_lightning.errors import UserInputError, check_checkpoint_file
+from td3_lightning.errors import UserInputError, check_checkpoint_file, shipped_path
 
 if TYPE_CHECKING:  # torch and Lightning are imported when a checkpoint is read: --help and parse errors need none
     import torch
@@ -192,6 +192,7 @@ def main(args: list[str] | None = None) -> None:
         ns = _parser().parse_args(args)
         fmt = check_format(ns.out, ns.format)
         if ns.ckpt_path not in ("best", "last"):
+            ns.ckpt_path = str(shipped_path(ns.ckpt_path))  # a shipped driver's path works from any folder
             check_checkpoint_file(ns.ckpt_path)  # before torch is imported
         from td3_lightning.checkpointing import check_checkpoint, find_run_checkpoint
 

@@ -207,7 +207,7 @@ def lightning_refusal(err: Exception, group: str, options: Mapping[str, Any], ki
     if not named and "Timer(duration=" in text:
         named = ["max_time"]
     named = named or sorted((k for k in options if re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", text)), key=len)[-1:]
-    no_backend = "No supported gpu backend found" in text  # a message that names no option
+    no_backend = "No supported gpu backend found" in text or "torch_xla" in text  # messages that name no option
     if no_backend and "accelerator" in options:
         named = ["accelerator"]
     what = f"{group}.{named[0]} {options[named[0]]!r}" if named else f"a {kind or group} option"

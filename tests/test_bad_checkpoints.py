@@ -479,9 +479,18 @@ def test_a_value_the_env_refuses_is_one_line(kwargs, error, tmp_path, monkeypatc
     (["--config", "car.yaml", "--data.train_env_kwargs.off_road_penalty", "abc"],
      "error: data.train_env_kwargs.off_road_penalty 'abc': 'CarRacingState-v0' takes a number there (default 0.0); "
      "fix it"),
+    (["--config", "car.yaml", "--data.env_kwargs.track_seed", "abc"],  # int | None = None: the annotation says
+     "error: data.env_kwargs.track_seed 'abc': 'CarRacingState-v0' takes a number there (default None); fix it"),
+    (["--config", "car_taught.yaml", "--data.train_env_kwargs.max_stall_frames", "abc"],
+     "error: data.train_env_kwargs.max_stall_frames 'abc': 'CarRacingState-v0' takes a number there (default None); "
+     "fix it"),
+    (["--config", "car.yaml", "--data.train_env_kwargs.recovery_starts", "abc"],  # the env's TypeError names no key
+     "error: data.train_env_kwargs.recovery_starts 'abc': 'CarRacingState-v0' takes a number there (default 0.0); "
+     "fix it"),
 ])
 def test_an_env_keyword_of_another_kind_than_its_default_is_one_line(args, error, tmp_path, monkeypatch, capsys):
-    """Pendulum takes any g and fails at its first step; the car env's float('abc') names no keyword."""
+    """Pendulum takes any g and fails at its first step; the car env's float('abc') names no keyword, nor does its
+    int('abc') of a keyword whose default is None."""
     monkeypatch.chdir(tmp_path)
     assert _error_line(["fit", *args], capsys) == error
     assert list(tmp_path.iterdir()) == []

@@ -104,6 +104,24 @@ def test_taught_driver_drives_on_where_the_driver_before_the_shipped_one_stood_s
     _closes_laps(TAUGHT, [(1000102, 912.0), (1000885, 923.0), (1000600, 926.0)])
 
 
+def test_a_shipped_drivers_path_works_from_any_folder(tmp_path, monkeypatch, capsys):
+    """The README's ``td3_lightning/checkpoints/...`` paths are looked up beside the installed package."""
+    from td3_lightning.errors import shipped_path
+    from td3_lightning.export import main as export
+
+    monkeypatch.chdir(tmp_path)
+    assert shipped_path("td3_lightning/checkpoints/car_taught.ckpt") == TAUGHT.resolve()
+    assert shipped_path("nowhere.ckpt") == Path("nowhere.ckpt")  # said as not found by whoever reads it
+    results = _test_results(["test", "--config", "car_taught.yaml", "--ckpt_path",
+                             "td3_lightning/checkpoints/car_taught.ckpt", "--data.test_episodes", "1",
+                             "--data.test_seed", "80"], capsys)
+    assert results["episode_successes"] == [1.0] and results["test/return"] > 932.0, results
+    export(["--ckpt_path", "td3_lightning/checkpoints/car_taught.ckpt", "--out", "taught.ckpt"])
+    exported = TD3.load_from_checkpoint(tmp_path / "taught.ckpt", map_location="cpu").actor.state_dict()
+    shipped = TD3.load_from_checkpoint(TAUGHT, map_location="cpu").actor.state_dict()
+    assert exported.keys() == shipped.keys() and all(torch.equal(exported[k], shipped[k]) for k in shipped)
+
+
 def test_shipped_pixel_checkpoint_is_small_and_its_actor_reads_frames_only():
     assert SHIPPED_PIXELS.stat().st_size < 5_000_000
     model = TD3.load_from_checkpoint(SHIPPED_PIXELS, map_location="cpu")

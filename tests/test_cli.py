@@ -639,6 +639,7 @@ def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, m
     ("gpu", "Lightning refuses trainer.accelerator 'gpu': No supported gpu backend found"),
     ("cuda", "Lightning refuses trainer.accelerator 'cuda': `CUDAAccelerator` can not run on your system since the "
              "accelerator is not available"),
+    ("tpu", "Lightning refuses trainer.accelerator 'tpu': Requirement 'torch_xla>=1.13' not met."),  # an ImportError
 ])
 def test_a_gpu_accelerator_without_a_gpu_is_told_the_fix(accelerator, said, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

@@ -327,6 +327,36 @@ def test_teacher_that_reads_another_observation_or_no_file_gets_one_line(tmp_pat
         load_teacher("nowhere.ckpt", model)
 
 
+def test_a_teacher_named_relative_to_the_run_is_recorded_where_it_was_found(tmp_path, monkeypatch):
+    """A new run records a relative ``model.teacher`` as an absolute path, so it resumes from any folder; a resume
+    may name the same teacher file another way."""
+    import shutil
+
+    import yaml
+
+    from td3_lightning.cli import _same, main
+
+    tiny = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.warmup_steps", "20",
+            "--trainer.val_check_interval", "20", "--data.eval_episodes", "1", "--selection.episodes", "0"]
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.chdir(run)
+    main(["fit", *tiny, "--trainer.max_steps", "20"])
+    shutil.copy(run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt", run / "teacher.ckpt")
+    main(["fit", *tiny, "--trainer.max_steps", "20", "--model.teacher", "teacher.ckpt"])
+    config = yaml.safe_load((run / "lightning_logs" / "version_1" / "config.yaml").read_text())
+    assert config["model"]["teacher"] == str(run / "teacher.ckpt")
+    monkeypatch.chdir(tmp_path)  # elsewhere, naming the same teacher by another path
+    shipped = Path(td3_lightning.__file__).parent / "checkpoints" / "car_random_tracks.ckpt"
+    assert _same("teacher", "td3_lightning/checkpoints/car_random_tracks.ckpt", str(shipped))  # beside the package
+    assert not _same("teacher", "td3_lightning/checkpoints/car_random_tracks.ckpt", "run/teacher.ckpt")
+    main(["fit", *tiny, "--trainer.max_steps", "40", "--model.teacher", "run/teacher.ckpt",
+          "--ckpt_path", "run/lightning_logs/version_1/checkpoints/last.ckpt"])
+    resumed = torch.load(tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt",
+                         map_location="cpu", weights_only=False)
+    assert resumed["global_step"] == 40 and resumed["hyper_parameters"]["teacher"] == str(run / "teacher.ckpt")
+
+
 def test_the_shipped_state_driver_teaches_the_pixel_actor_from_any_directory(tmp_path, monkeypatch):
     from td3_lightning.extensions.teacher import load_teacher
 

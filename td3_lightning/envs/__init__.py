@@ -55,6 +55,8 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
     except TypeError as err:
         problem = str(err).split(" was raised from the environment creator")[0]
         taken = _keywords(env_id)
+        if taken and all(key in taken or key in _MAKE_KEYWORDS for key in kwargs):
+            _check_kinds(env_id, env_kwargs or {}, option)  # a known key of the wrong kind: name it
         fix = (f"{env_id} takes {', '.join(taken)} (and gymnasium.make's own, e.g. max_episode_steps)" if taken
                else f"pass only keyword arguments that {env_id} takes")
         unknown = [key for key in kwargs if taken and key not in taken and key not in _MAKE_KEYWORDS]
@@ -99,16 +101,20 @@ def _check_kinds(env_id: str, env_kwargs: dict[str, Any], option: str) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _default_kinds(env_id: str) -> dict[str, tuple[str | None, Any]]:
-    """The kind (:func:`_kind`) and default of each keyword of ``env_id``'s constructor; no kind for one annotated
-    with anything but one plain type (``Union[int, str]``, ``Any``), whose default says nothing of what it takes.
+    """The kind (:func:`_kind`) and default of each keyword of ``env_id``'s constructor: the kind its annotation
+    names (``int``, or ``int | None``), else its default's; none for one annotated with anything else
+    (``Union[int, str]``, ``Any``), whose default says nothing of what it takes.
     Inspected once per env id (every env instance is made through :func:`make_env`)."""
     import inspect
 
-    plain = {"int", "float", "bool", "str"}
-    loose = {p.name for p in _constructor_params(env_id) or []
-             if p.annotation is not inspect.Parameter.empty
-             and getattr(p.annotation, "__name__", str(p.annotation)).strip("'\"") not in plain}
-    return {key: (None if key in loose else _kind(default), default)
+    kinds = {"int": "a number", "float": "a number", "bool": "true or false", "str": "text"}
+    annotated: dict[str, str | None] = {}  # the kind an annotation names: X or X | None of one plain type X
+    for p in _constructor_params(env_id) or []:
+        if p.annotation is not inspect.Parameter.empty:
+            text = getattr(p.annotation, "__name__", str(p.annotation)).strip("'\"")
+            types = [t.strip() for t in text.split("|") if t.strip() != "None"]
+            annotated[p.name] = kinds.get(types[0]) if len(types) == 1 else None
+    return {key: (annotated[key] if key in annotated else _kind(default), default)
             for key, default in keyword_defaults(env_id).items()}
 
 

@@ -3,7 +3,6 @@ action on what the critics see of the same replayed step (the privileged observa
 
 from __future__ import annotations
 
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import torch
 from torch import Tensor
 
 from td3_lightning import checkpointing
-from td3_lightning.errors import UserInputError
+from td3_lightning.errors import UserInputError, shipped_path
 from td3_lightning.extensions.base import ActorTerm, ActorView
 
 
@@ -41,10 +40,7 @@ class Teacher(ActorTerm):
 def teacher_file(path: str) -> Path:
     """The checkpoint file ``model.teacher`` names: a relative path is also looked up beside the installed package;
     one-line :class:`UserInputError` unless it is a readable td3_lightning checkpoint."""
-    where = Path(path)
-    if not where.is_file() and not where.is_absolute():
-        beside_package = Path(str(files("td3_lightning"))).parent / where
-        where = beside_package if beside_package.is_file() else where
+    where = shipped_path(path)
     if not where.is_file():
         problem = "is a folder, not a file" if where.is_dir() else "not found"
         raise UserInputError(f"model.teacher: checkpoint file {problem}: {path}; pass an existing .ckpt file")
