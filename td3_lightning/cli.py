@@ -518,7 +518,8 @@ class TD3CLI(LightningCLIHooks):
             data = {"sampler": self.datamodule.sampler, "priority_alpha": self.datamodule.priority_alpha}
             defaults = {"model": signature_defaults(TD3), "data": signature_defaults(ReplayDataModule)}
             if idle := idle_options(self.model.hparams, data, defaults):
-                self._warnings += (f"{', '.join(idle)}: set but idle in this run; leave them out",)
+                self._warnings += (f"{', '.join(idle)}: set but idle in this run; leave "
+                                   f"{'them' if len(idle) > 1 else 'it'} out",)
         config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
@@ -566,13 +567,8 @@ class TD3CLI(LightningCLIHooks):
         return callbacks
 
 
-def _check_model(options: dict[str, Any]) -> None:
-    check_model_options(options)
-    check_model_files(options)
-
-
 #: option group -> the check of its options (their arguments by name), run on the parsed config
-OPTION_CHECKS = {"model": _check_model, "data": check_data_options,
+OPTION_CHECKS = {"model": check_model_options, "data": check_data_options,
                  "progress_bar": check_progress_bar_options, "learning_curve": check_learning_curve_options}
 
 
@@ -592,6 +588,8 @@ def check_options(config: Any, subcommand: str = "fit") -> None:
             check(_as_dict(config[group]))
     if fit and config.get("data") is not None:  # what only training builds
         check_buffer_device(_as_dict(config["data"]))
+    if fit and config.get("model") is not None:  # the files training reads (a teacher); a played policy needs none
+        check_model_files(_as_dict(config["model"]))
     trainer, checkpoint = _as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {})
     check_trainer_options(trainer, checkpoint)
     stage_limit = {"validate": ("limit_val_batches", "eval_episodes"), "test": ("limit_test_batches", "test_episodes")}
@@ -758,8 +756,6 @@ def check_config_file(path: str) -> str:
     return path
 
 
-
-
 #: the sections of a config file that hold a group's options (a mapping, or the name of a file that holds one),
 #: each with the example that the lines refusing one give
 _SECTION_EXAMPLE = {"trainer": "trainer: {max_steps: 20000}", "model": "model: {gamma: 0.98}",
@@ -786,8 +782,6 @@ def _check_sections(path: str, content: dict[str, Any], within: str = "") -> Non
                                  f"options; write the {key} options under it (e.g. {_SECTION_EXAMPLE[key]})")
 
 
-
-
 def _short(text: str, most: int = 40) -> str:
     """``text`` on one line, cut to ``most`` characters with ``...``."""
     text = " ".join(text.split())
@@ -795,14 +789,20 @@ def _short(text: str, most: int = 40) -> str:
 
 
 def _bundled(path: str) -> str:
-    if os.path.exists(path) or not path.endswith((".yaml", ".yml")):
+    """``path``, or the bundled config it names (``car.yaml``, or ``car`` without the extension)."""
+    given = path
+    if os.path.exists(path):
         return path
+    if not path.endswith((".yaml", ".yml")):  # YAML text, or a bundled config's name without .yaml
+        if not re.fullmatch(r"[\w.-]+", path):
+            return path
+        path = f"{path}.yaml"
     candidate = CONFIG_DIR / Path(path).name
     if candidate.is_file():
         return str(candidate)
     if not os.path.exists(path):
         bundled = ", ".join(sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
-        raise UserInputError(f"config file not found: {path}; give a path to a YAML file or a bundled config "
+        raise UserInputError(f"config file not found: {given}; give a path to a YAML file or a bundled config "
                              f"({bundled})")
     return path
 

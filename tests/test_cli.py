@@ -523,6 +523,15 @@ def test_missing_config_file(tmp_path, monkeypatch, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "config file not found: nowhere/none.yaml" in err and "pendulum.yaml" in err and "\n" not in err
+    with pytest.raises(SystemExit) as exit_info:  # a bare name: a bundled config's without .yaml, else the same line
+        main(["fit", "--config", "nope"])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and err.startswith("error: config file not found: nope; give a path to a YAML "
+                                                        "file or a bundled config (bipedal.yaml, ") and "\n" not in err
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum", "--print_config"])
+    assert exit_info.value.code == 0 and yaml.safe_load(capsys.readouterr().out)["data"]["env_id"] == "Pendulum-v1"
 
 
 def test_help_documents_every_option(cli_env, tmp_path):
@@ -729,7 +738,7 @@ def test_options_that_serve_an_option_that_is_off_are_warned_of_in_a_new_run(tmp
             "--data.eval_episodes", "1", "--learning_curve.filename", ""]
     with pytest.warns(UserWarning) as caught:
         main([*tiny, "--model.teacher_weight", "5", "--trainer.default_root_dir", "a"])
-    assert ("model.teacher_weight 5.0 (no model.teacher): set but idle in this run; leave them out"
+    assert ("model.teacher_weight 5.0 (no model.teacher): set but idle in this run; leave it out"
             in [str(w.message) for w in caught])
     last = next((tmp_path / "a").rglob("last.ckpt"))
     with warnings.catch_warnings(record=True) as caught:  # a resumed run is the checkpoint's (teacher_weight 5)

@@ -355,6 +355,10 @@ def test_a_teacher_named_relative_to_the_run_is_recorded_where_it_was_found(tmp_
     resumed = torch.load(tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt",
                          map_location="cpu", weights_only=False)
     assert resumed["global_step"] == 40 and resumed["hyper_parameters"]["teacher"] == str(run / "teacher.ckpt")
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    with pytest.warns(UserWarning, match=r"--model.teacher missing.ckpt \(the checkpoint's: .*\) is not used"):
+        main(["test", *tiny, "--ckpt_path", str(last), "--data.test_episodes", "1", "--model.teacher", "missing.ckpt"])
+    assert (tmp_path / "lightning_logs" / "version_1" / "test_results.json").is_file()  # played: no teacher read
 
 
 def test_the_shipped_state_driver_teaches_the_pixel_actor_from_any_directory(tmp_path, monkeypatch):
