@@ -306,6 +306,12 @@ def test_a_student_without_a_privileged_critic_is_taught_on_its_own_observation(
     _constant_teacher(tmp_path / "t.ckpt", -0.25)
     with pytest.raises(UserInputError, match=r"reads observations of shape \[3\], but the observation has shape \[2\]"):
         load_teacher(str(tmp_path / "t.ckpt"), TD3([2], [-1.0], [1.0], teacher=str(tmp_path / "t.ckpt")))
+    with pytest.raises(UserInputError) as said:  # the pixel car with its privileged critic switched off
+        load_teacher("td3_lightning/checkpoints/car_random_tracks.ckpt", TD3([4, 40, 40], [-1.0, -1.0], [1.0, 1.0]))
+    assert str(said.value).endswith("but the observation has shape [4, 40, 40]; give the checkpoint of a policy "
+                                    "trained on the observation's env (and env_kwargs), or set "
+                                    "data.privileged_critic true for a teacher of the env's privileged observation "
+                                    "(the car's state vector)")
     torch.manual_seed(0)
     model = TD3([3], [-1.0], [1.0], hidden_dims=[8], teacher=str(tmp_path / "t.ckpt"), teacher_weight=2.0)
     model.extensions.actor_terms["teacher"].teacher = (load_teacher(model.hparams.teacher, model),)

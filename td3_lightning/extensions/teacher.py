@@ -59,9 +59,11 @@ def check_teacher(path: str, hparams: Any) -> Path:
     shape = list(facts["obs_shape"] or [])
     want = list(hparams["critic_obs_shape"] if privileged else hparams.get("obs_shape") or [])
     if shape != want:
+        other = "" if privileged else (", or set data.privileged_critic true for a teacher of the env's privileged "
+                                       "observation (the car's state vector)")
         raise UserInputError(
             f"model.teacher {path} reads observations of shape {shape}, but the {seen} has shape {want}; give "
-            f"the checkpoint of a policy trained on the {seen}'s env (and env_kwargs)")
+            f"the checkpoint of a policy trained on the {seen}'s env (and env_kwargs){other}")
     bounds, ours = facts["action_bounds"], [list(hparams["action_low"]), list(hparams["action_high"])]
     if bounds is not None and [list(b) for b in bounds] != ours:
         raise UserInputError(
