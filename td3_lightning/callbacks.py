@@ -131,6 +131,10 @@ class RLProgressBar(ProgressBar):
         self._end_line(trainer)
 
 
+#: the file ``test`` writes into its run folder
+TEST_RESULTS = "test_results.json"
+
+
 class TestReport(L.Callback):
     """After ``test``: prints one summary line and writes ``test_results.json`` into the run
     folder, for scripts: every ``test/*`` metric, and each episode's return and length
@@ -154,7 +158,7 @@ class TestReport(L.Callback):
             + f"{m['test/seconds_per_episode']:.2f} s per episode"
         )
         if log_dir is not None:
-            path = Path(log_dir) / "test_results.json"
+            path = Path(log_dir) / TEST_RESULTS
             results = {**m, **getattr(pl_module, "test_episodes", {})}
             with atomic_path(path) as tmp:
                 tmp.write_text(json.dumps(results, indent=2) + "\n")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from lightning.pytorch import Trainer
+from lightning.pytorch import LightningModule, Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -32,7 +32,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
-from td3_lightning.callbacks import RLProgressBar, TestReport, check_progress_bar_options
+from td3_lightning.callbacks import TEST_RESULTS, RLProgressBar, TestReport, check_progress_bar_options
 from td3_lightning.captured import check_capture_options
 from td3_lightning.distributed import requested_processes
 from td3_lightning.envloop import EnvLoop
@@ -47,7 +47,7 @@ from td3_lightning.checkpointing import (
 )
 from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
 from td3_lightning.envs import env_overrides, make_env, trained_on, training_aid_names
-from td3_lightning.errors import (PACKAGE_ROOT, DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean,
+from td3_lightning.errors import (DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, package_file,
                                   shipped_path, yaml_problem)
 from td3_lightning.extensions import check_extensions_act
 from td3_lightning.idle_options import idle_options, signature_defaults
@@ -171,26 +171,30 @@ class SaveRunConfig(SaveConfigCallback):
         self.resumed_from = config.get("ckpt_path")
         super().__init__(parser, config, **kwargs)
 
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if trainer.logger is None and stage in ("validate", "test"):
+            return  # no folder of its own: the config.yaml of default_root_dir (a fit's, or yours) stays as it is
+        super().setup(trainer, pl_module, stage)
+
     def check_run_folder(self, trainer: Trainer, config_files: list[str], subcommand: str | None) -> None:
-        """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), nor over
-        the files a validate or test without a logger writes there; a new fit refuses a TensorBoard or CSV log
-        folder that holds another run (a logger version given twice), or without a logger a folder that holds a
-        run's files; a resumed fit, or a requeued SLURM job, continues there. ``subcommand`` is None for tune's
-        builds of a trial's trainer, which check like a fit but name no job folder."""
+        """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), nor a
+        test without a logger over a ``test_results.json``; a new fit refuses a TensorBoard or CSV log folder that
+        holds another run (a logger version given twice), or without a logger a folder that holds a run's files; a
+        resumed fit, or a requeued SLURM job, continues there. ``subcommand`` is None for tune's builds of a
+        trial's trainer, which check like a fit but name no job folder."""
         log_dir = trainer.log_dir
         if log_dir is None:
+            return
+        if trainer.logger is None and subcommand in ("validate", "test"):  # into default_root_dir, no config.yaml
+            if subcommand == "test" and Path(log_dir, TEST_RESULTS).exists():
+                raise UserInputError(f"{log_dir} already holds {TEST_RESULTS}, which test without a logger writes "
+                                     "there; move it away, or keep a logger (each test then writes into a folder "
+                                     "of its own)")
             return
         target = Path(log_dir, self.config_filename)
         if target.is_file() and target.resolve() in {Path(f).resolve() for f in config_files}:
             raise UserInputError(f"the run would write its {self.config_filename} over --config {target}; give "
                                  "another --trainer.default_root_dir, or keep your config file elsewhere")
-        if trainer.logger is None and subcommand in ("validate", "test"):  # it writes into default_root_dir itself
-            names = ["config.yaml", "test_results.json"] if subcommand == "test" else ["config.yaml"]
-            there = [name for name in names if Path(log_dir, name).exists()]
-            if there:
-                raise UserInputError(
-                    f"{log_dir} already holds {', '.join(there)}, which {subcommand} without a logger writes there; "
-                    "give a new --trainer.default_root_dir (or keep a logger)")
         job = SLURMEnvironment.job_id()
         fit = subcommand in ("fit", None)
         if not fit or self.resumed_from or (job is not None and _requeued(Path(trainer.default_root_dir))):
@@ -232,7 +236,7 @@ def _requeued(folder: Path) -> bool:
 
 def _run_files(trainer: Trainer, folder: Path) -> list[str]:
     """What of a run's own files (config, learning curve, test results, checkpoints) ``folder`` already holds."""
-    names = ["config.yaml", "test_results.json",
+    names = ["config.yaml", TEST_RESULTS,
              *(c.filename for c in trainer.callbacks if isinstance(c, LearningCurve) and c.filename)]
     found = [name for name in names if (folder / name).exists()]
     checkpoints = next((c.dirpath for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath), None)
@@ -308,7 +312,7 @@ class TD3CLI(LightningCLIHooks):
                 ckpt = _hpc_checkpoint(config) if ckpt == "hpc" else ckpt[len("file://"):]
                 self.config[f"{subcommand}.ckpt_path"] = ckpt
             if isinstance(ckpt, str) and ckpt not in ("last", "best") and not _lightning_resolves(ckpt):
-                ckpt = str(shipped_path(ckpt))  # a shipped driver's path works from any folder
+                ckpt = shipped_path(ckpt)  # a shipped driver's path works from any folder
                 self.config[f"{subcommand}.ckpt_path"] = ckpt
             if ckpt in ("last", "best"):
                 newest = find_run_checkpoint(config, ckpt, selected=False)
@@ -363,10 +367,11 @@ class TD3CLI(LightningCLIHooks):
     @staticmethod
     def _record_teacher_where_found(model: Any) -> None:
         """A new run's ``model.teacher`` given relative to this folder is recorded as an absolute path, so that the
-        run resumes from any folder (a path beside the installed package, a shipped teacher, stays as given)."""
+        run resumes from any folder (a shipped teacher's ``td3_lightning/...`` path stays as given)."""
         teacher = model.get("teacher")
         if isinstance(teacher, str) and teacher and not os.path.isabs(teacher) and os.path.isfile(teacher):
-            if not (PACKAGE_ROOT / teacher).is_file() or not os.path.samefile(PACKAGE_ROOT / teacher, teacher):
+            shipped = package_file(teacher)
+            if shipped is None or not os.path.samefile(shipped, teacher):
                 model["teacher"] = os.path.abspath(teacher)
 
     def _refuse_replaced_options(self, subcommand: str, ckpt: str, given: dict[str, Any]) -> None:
@@ -712,7 +717,7 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
 
 
 def resolve_config_args(args: list[str]) -> list[str]:
-    """Let ``--config car.yaml`` (or ``configs/car.yaml``) name a bundled config when no
+    """Let ``--config car.yaml`` (or ``configs/car.yaml``, or ``car``) name a bundled config when no
     such file exists relative to the current folder; a config file that is empty, not YAML or
     not a mapping of options is refused with a line that names it (:func:`check_config_file`)."""
     out = list(args)
@@ -793,10 +798,12 @@ def _bundled(path: str) -> str:
     given = path
     if os.path.exists(path):
         return path
-    if not path.endswith((".yaml", ".yml")):  # YAML text, or a bundled config's name without .yaml
-        if not re.fullmatch(r"[\w.-]+", path):
+    if not path.endswith((".yaml", ".yml")):  # YAML text, or a config's name without .yaml
+        if not re.fullmatch(r"\w[\w.-]*", path):
             return path
         path = f"{path}.yaml"
+        if os.path.exists(path):
+            return path
     candidate = CONFIG_DIR / Path(path).name
     if candidate.is_file():
         return str(candidate)

@@ -52,14 +52,20 @@ CKPT_PATH_TAKES = "--ckpt_path takes last, best or a .ckpt file that td3_lightni
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
-def shipped_path(path: str | Path) -> Path:
-    """``path``; for a relative path into the package (``td3_lightning/...``) that names no file here, the file of
-    the installed package when it is there (``td3_lightning/checkpoints/car_taught.ckpt`` from any folder)."""
+def package_file(path: str | Path) -> Path | None:
+    """The installed package's file that a relative ``td3_lightning/...`` path names (None: no such file)."""
     where = Path(path)
-    if str(path) == "" or where.is_absolute() or where.is_file() or where.parts[:1] != ("td3_lightning",):
-        return where
-    beside = PACKAGE_ROOT / where
-    return beside if beside.is_file() else where
+    if str(path) == "" or where.is_absolute() or where.parts[:1] != ("td3_lightning",):
+        return None
+    inside = (PACKAGE_ROOT / where).resolve()
+    return inside if inside.is_file() and inside.is_relative_to(PACKAGE_ROOT / "td3_lightning") else None
+
+
+def shipped_path(path: str) -> str:
+    """``path``, or for a ``td3_lightning/...`` path that names no file here the installed package's file
+    (``td3_lightning/checkpoints/car_taught.ckpt`` from any folder)."""
+    found = None if Path(path).is_file() else package_file(path)
+    return str(found) if found is not None else path
 
 
 def check_checkpoint_file(path: str | Path, option: str = "--ckpt_path", takes: str = CKPT_PATH_TAKES,

@@ -192,7 +192,7 @@ def main(args: list[str] | None = None) -> None:
         ns = _parser().parse_args(args)
         fmt = check_format(ns.out, ns.format)
         if ns.ckpt_path not in ("best", "last"):
-            ns.ckpt_path = str(shipped_path(ns.ckpt_path))  # a shipped driver's path works from any folder
+            ns.ckpt_path = shipped_path(ns.ckpt_path)  # a shipped driver's path works from any folder
             check_checkpoint_file(ns.ckpt_path)  # before torch is imported
         from td3_lightning.checkpointing import check_checkpoint, find_run_checkpoint
 

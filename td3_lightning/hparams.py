@@ -48,7 +48,7 @@ def check_model_options(hp: Mapping[str, Any]) -> None:
 
 def check_model_files(hp: Mapping[str, Any]) -> None:
     """The files that model options name (``model.teacher``): the module reads them only when fitting starts, so that
-    a checkpoint loads without them; the command line checks them with the options."""
+    a checkpoint loads without them; fit's command line checks them with the options."""
     if hp.get("teacher"):
         teacher_file(hp["teacher"])
 

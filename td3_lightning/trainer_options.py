@@ -207,13 +207,18 @@ def lightning_refusal(err: Exception, group: str, options: Mapping[str, Any], ki
     if not named and "Timer(duration=" in text:
         named = ["max_time"]
     named = named or sorted((k for k in options if re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", text)), key=len)[-1:]
-    no_backend = "No supported gpu backend found" in text or "torch_xla" in text  # messages that name no option
+    named = named or [k for k, v in options.items() if isinstance(v, str) and len(v) > 2 and v != "auto"  # its value
+                      and re.search(rf"(?<![a-z]){re.escape(v.lower())}", text.lower())][:1]  # (a missing package)
+    xla = "torch_xla" in text and str(options.get("accelerator")).lower() in ("tpu", "xla")  # not installed
+    no_backend = "No supported gpu backend found" in text or xla  # messages that name no option
     if no_backend and "accelerator" in options:
         named = ["accelerator"]
     what = f"{group}.{named[0]} {options[named[0]]!r}" if named else f"a {kind or group} option"
     if named == ["accelerator"] and (no_backend or "is not available" in text):
-        fix = "; this machine has no such device: use --trainer.accelerator cpu (or auto, which picks what it has)"
-        return UserInputError(f"Lightning refuses {what}: {text.rstrip('.!')}{fix}")
+        use = "use --trainer.accelerator cpu (or auto, which picks what it has)"
+        fix = (f"; a TPU runs with torch_xla installed: on a machine without one {use}" if xla
+               else f"; this machine has no such device: {use}")
+        return UserInputError(f"Lightning refuses {what}: {text.split(' HINT:')[0].rstrip('.!')}{fix}")
     return UserInputError(f"Lightning refuses {what}: {text}")
 
 

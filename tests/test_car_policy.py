@@ -110,8 +110,9 @@ def test_a_shipped_drivers_path_works_from_any_folder(tmp_path, monkeypatch, cap
     from td3_lightning.export import main as export
 
     monkeypatch.chdir(tmp_path)
-    assert shipped_path("td3_lightning/checkpoints/car_taught.ckpt") == TAUGHT.resolve()
-    assert shipped_path("nowhere.ckpt") == Path("nowhere.ckpt")  # said as not found by whoever reads it
+    assert Path(shipped_path("td3_lightning/checkpoints/car_taught.ckpt")) == TAUGHT.resolve()
+    for other in ("nowhere.ckpt", "", "td3_lightning/nowhere.ckpt", "td3_lightning/../README.md"):
+        assert shipped_path(other) == other  # said as it was given by whoever reads it
     results = _test_results(["test", "--config", "car_taught.yaml", "--ckpt_path",
                              "td3_lightning/checkpoints/car_taught.ckpt", "--data.test_episodes", "1",
                              "--data.test_seed", "80"], capsys)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -132,38 +133,27 @@ def test_a_run_without_a_logger_writes_into_no_folder_that_holds_a_run_or_a_file
 
 
 def test_a_validate_or_test_without_a_logger_writes_over_no_file_of_yours(tmp_path, monkeypatch, capsys):
+    """Without a logger, validate and test play in default_root_dir (a fit's folder, with --ckpt_path best): they
+    leave its config.yaml as it is, and test writes its test_results.json over none."""
     monkeypatch.chdir(tmp_path)
-    main(["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.val_check_interval", "20",
-          "--data.eval_episodes", "1", "--trainer.max_steps", "20"])
-    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
-    play = tmp_path / "play"
-    play.mkdir()
-    (play / "test_results.json").write_text('{"mine": 1}\n')
-
-    def refused(subcommand: str, held: str) -> None:
-        before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in play.iterdir()}
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as info:
-            main([subcommand, *args])
-        assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
-            f"error: {play} already holds {held}, which {subcommand} without a logger writes there; give a new "
-            "--trainer.default_root_dir (or keep a logger)")
-        assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in play.iterdir()} == before
-
-    args = ["--config", "pendulum.yaml", "--ckpt_path", str(last), "--data.eval_episodes", "1",
-            "--data.test_episodes", "1", "--trainer.logger", "false", "--trainer.default_root_dir", str(play)]
-    refused("test", "test_results.json")
-    main(["validate", *args])  # validate writes no test_results.json: it runs, and writes its config.yaml
-    assert sorted(p.name for p in play.iterdir()) == ["config.yaml", "test_results.json"]
-    assert (play / "test_results.json").read_text() == '{"mine": 1}\n'
-    refused("validate", "config.yaml")
-    refused("test", "config.yaml, test_results.json")
-    fresh = tmp_path / "fresh"
-    args[-1] = str(fresh)
+    run = tmp_path / "run"
+    args = ["--config", "pendulum.yaml", "--data.eval_episodes", "1", "--trainer.logger", "false",
+            "--trainer.default_root_dir", str(run)]
+    main(["fit", *args, "--data.warmup_steps", "20", "--trainer.val_check_interval", "20", "--trainer.max_steps", "20"])
+    fitted = (run / "config.yaml").read_bytes()
+    args += ["--data.test_episodes", "1"]
+    main(["validate", *args])  # the run's best checkpoint, found in its folder
     main(["test", *args])
-    assert json.loads((fresh / "test_results.json").read_text())["test/episodes"] == 1.0
-    play = fresh
-    refused("test", "config.yaml, test_results.json")
+    assert (run / "config.yaml").read_bytes() == fitted
+    assert json.loads((run / "test_results.json").read_text())["test/episodes"] == 1.0
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["test", *args])
+    assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {run} already holds test_results.json, which test without a logger writes there; move it away, or "
+        "keep a logger (each test then writes into a folder of its own)")
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run.rglob("*") if p.is_file()} == before
 
 
 def test_a_slurm_job_keeps_its_fit_folder_for_itself(tmp_path, monkeypatch, capsys):
@@ -532,6 +522,10 @@ def test_missing_config_file(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", "pendulum", "--print_config"])
     assert exit_info.value.code == 0 and yaml.safe_load(capsys.readouterr().out)["data"]["env_id"] == "Pendulum-v1"
+    (tmp_path / "pendulum.yaml").write_text("trainer: {max_steps: 7}\n")  # a file here wins, as with .yaml given
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum", "--print_config"])
+    assert exit_info.value.code == 0 and yaml.safe_load(capsys.readouterr().out)["trainer"]["max_steps"] == 7
 
 
 def test_help_documents_every_option(cli_env, tmp_path):
@@ -648,7 +642,6 @@ def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, m
     ("gpu", "Lightning refuses trainer.accelerator 'gpu': No supported gpu backend found"),
     ("cuda", "Lightning refuses trainer.accelerator 'cuda': `CUDAAccelerator` can not run on your system since the "
              "accelerator is not available"),
-    ("tpu", "Lightning refuses trainer.accelerator 'tpu': Requirement 'torch_xla>=1.13' not met."),  # an ImportError
 ])
 def test_a_gpu_accelerator_without_a_gpu_is_told_the_fix(accelerator, said, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -658,6 +651,21 @@ def test_a_gpu_accelerator_without_a_gpu_is_told_the_fix(accelerator, said, tmp_
     assert exit_info.value.code == 2 and "\n" not in err and err.startswith(f"error: {said}")
     assert err.endswith("; this machine has no such device: use --trainer.accelerator cpu (or auto, which picks what "
                         "it has)")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="the refusal without torch_xla")
+def test_a_tpu_without_torch_xla_is_told_the_fix(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for option, line in [  # Lightning's ImportError: the accelerator's when it names a TPU, else a trainer option's
+        (["--trainer.accelerator", "tpu"], "error: Lightning refuses trainer.accelerator 'tpu': Requirement "
+         "'torch_xla>=1.13' not met; a TPU runs with torch_xla installed: on a machine without one use "
+         "--trainer.accelerator cpu (or auto, which picks what it has)"),
+        (["--trainer.strategy", "xla"], "error: Lightning refuses trainer.strategy 'xla': Requirement "
+         "'torch_xla>=1.13' not met. HINT: Try running `pip install -U 'torch_xla>=1.13'`")]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "10", *option])
+        assert exit_info.value.code == 2 and capsys.readouterr().err.strip() == line
     assert list(tmp_path.iterdir()) == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import gymnasium as gym
@@ -340,7 +341,7 @@ def test_a_teacher_named_relative_to_the_run_is_recorded_where_it_was_found(tmp_
 
     import yaml
 
-    from td3_lightning.cli import _same, main
+    from td3_lightning.cli import TD3CLI, _same, main
 
     tiny = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.warmup_steps", "20",
             "--trainer.val_check_interval", "20", "--data.eval_episodes", "1", "--selection.episodes", "0"]
@@ -352,6 +353,13 @@ def test_a_teacher_named_relative_to_the_run_is_recorded_where_it_was_found(tmp_
     main(["fit", *tiny, "--trainer.max_steps", "20", "--model.teacher", "teacher.ckpt"])
     config = yaml.safe_load((run / "lightning_logs" / "version_1" / "config.yaml").read_text())
     assert config["model"]["teacher"] == str(run / "teacher.ckpt")
+    package_root = Path(td3_lightning.__file__).resolve().parent.parent
+    monkeypatch.chdir(package_root)  # from the installed package's folder: only its own files stay relative
+    for teacher, recorded in [("td3_lightning/checkpoints/car_random_tracks.ckpt", None),
+                              (os.path.relpath(run / "teacher.ckpt"), str(run / "teacher.ckpt"))]:
+        model = {"teacher": teacher}
+        TD3CLI._record_teacher_where_found(model)
+        assert model["teacher"] == (recorded or teacher)
     monkeypatch.chdir(tmp_path)  # elsewhere, naming the same teacher by another path
     shipped = Path(td3_lightning.__file__).parent / "checkpoints" / "car_random_tracks.ckpt"
     assert _same("teacher", "td3_lightning/checkpoints/car_random_tracks.ckpt", str(shipped))  # beside the package

@@ -38,9 +38,9 @@ class Teacher(ActorTerm):
 
 
 def teacher_file(path: str) -> Path:
-    """The checkpoint file ``model.teacher`` names: a relative path is also looked up beside the installed package;
+    """The checkpoint file ``model.teacher`` names (a ``td3_lightning/...`` path: the installed package's file);
     one-line :class:`UserInputError` unless it is a readable td3_lightning checkpoint."""
-    where = shipped_path(path)
+    where = Path(shipped_path(path))
     if not where.is_file():
         problem = "is a folder, not a file" if where.is_dir() else "not found"
         raise UserInputError(f"model.teacher: checkpoint file {problem}: {path}; pass an existing .ckpt file")
@@ -59,8 +59,9 @@ def check_teacher(path: str, hparams: Any) -> Path:
     shape = list(facts["obs_shape"] or [])
     want = list(hparams["critic_obs_shape"] if privileged else hparams.get("obs_shape") or [])
     if shape != want:
-        other = "" if privileged else (", or set data.privileged_critic true for a teacher of the env's privileged "
-                                       "observation (the car's state vector)")
+        image_student = not privileged and len(want) == 3 and len(shape) == 1  # e.g. the car's state driver
+        other = (", or set data.privileged_critic true for a teacher of the env's privileged observation (the car's "
+                 "state vector)") if image_student else ""
         raise UserInputError(
             f"model.teacher {path} reads observations of shape {shape}, but the {seen} has shape {want}; give "
             f"the checkpoint of a policy trained on the {seen}'s env (and env_kwargs){other}")
