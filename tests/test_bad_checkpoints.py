@@ -496,6 +496,17 @@ def test_an_env_keyword_of_another_kind_than_its_default_is_one_line(args, error
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_env_keywords_kind_is_what_its_annotation_names_else_its_defaults():
+    from td3_lightning.envs import _default_kinds
+
+    assert _default_kinds("Pendulum-v1") == {"render_mode": ("text", None), "g": ("a number", 10.0)}  # Optional[str]
+    car = _default_kinds("CarRacingState-v0")
+    assert car["track_seed"] == ("a number", None) and car["aid_features"] == ("true or false", False)  # int | None
+    pytest.importorskip("mujoco")
+    ant = _default_kinds("Ant-v5")
+    assert ant["main_body"] == (None, 1) and ant["camera_id"] == ("a number", None)  # Union[int, str]: any
+
+
 def test_an_env_keyword_annotated_with_several_types_takes_each():
     from td3_lightning.envs import make_env
 

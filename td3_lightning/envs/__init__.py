@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 
 from dataclasses import dataclass
@@ -89,8 +90,8 @@ def _kind(value: Any) -> str | None:
 
 
 def _check_kinds(env_id: str, env_kwargs: dict[str, Any], option: str) -> None:
-    """One line for a keyword argument of another kind than its default (text for a number, a number for a switch):
-    the env would fail with a traceback at its first step, or not at all."""
+    """One line for a keyword argument of another kind than its annotation or default names (text for a number, a
+    number for a switch): the env would fail with a traceback at its first step, or not at all."""
     kinds = _default_kinds(env_id) if env_kwargs else {}
     for key, value in env_kwargs.items():
         kind, default = kinds.get(key, (None, None))
@@ -102,8 +103,8 @@ def _check_kinds(env_id: str, env_kwargs: dict[str, Any], option: str) -> None:
 @functools.lru_cache(maxsize=None)
 def _default_kinds(env_id: str) -> dict[str, tuple[str | None, Any]]:
     """The kind (:func:`_kind`) and default of each keyword of ``env_id``'s constructor: the kind its annotation
-    names (``int``, or ``int | None``), else its default's; none for one annotated with anything else
-    (``Union[int, str]``, ``Any``), whose default says nothing of what it takes.
+    names (``int``, ``int | None``, ``Optional[int]``), else its default's; none for one annotated with anything
+    else (``Union[int, str]``, ``Any``), whose default says nothing of what it takes.
     Inspected once per env id (every env instance is made through :func:`make_env`)."""
     import inspect
 
@@ -111,7 +112,8 @@ def _default_kinds(env_id: str) -> dict[str, tuple[str | None, Any]]:
     annotated: dict[str, str | None] = {}  # the kind an annotation names: X or X | None of one plain type X
     for p in _constructor_params(env_id) or []:
         if p.annotation is not inspect.Parameter.empty:
-            text = getattr(p.annotation, "__name__", str(p.annotation)).strip("'\"")
+            text = p.annotation.__name__ if isinstance(p.annotation, type) else str(p.annotation).strip("'\"")
+            text = re.sub(r"^Optional\[(.+)\]$", r"\1 | None", text.removeprefix("typing."))
             types = [t.strip() for t in text.split("|") if t.strip() != "None"]
             annotated[p.name] = kinds.get(types[0]) if len(types) == 1 else None
     return {key: (annotated[key] if key in annotated else _kind(default), default)
