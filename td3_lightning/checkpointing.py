@@ -354,7 +354,8 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------------------ finding a run's checkpoints
-def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_options: bool = True) -> Path:
+def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_options: bool = True,
+                        fit: bool = False) -> Path:
     """The newest ``last.ckpt`` (``kind`` ``last``) or best checkpoint by ``val/return``
     (``kind`` ``best``: named by ``checkpoint.filename``, ``best-step*.ckpt`` by default) that a
     run with this configuration writes: under ``checkpoint.dirpath`` if set, else
@@ -362,7 +363,8 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
     in the current folder). Where the newest best checkpoint's folder has a ``selection.json``
     (``--selection.episodes``), ``best`` is the checkpoint it chose, unless ``selected`` is False. Where none
     matches, the error says where another run's checkpoints are, and the options that find them if ``run_options``
-    (a command with ``--config`` and ``--checkpoint.dirpath``; export has neither)."""
+    (a command with ``--config`` and ``--checkpoint.dirpath``; export has neither), and for a ``fit`` that a new
+    run starts without ``--ckpt_path``."""
     trainer = config.get("trainer") or {}
     root = Path(trainer.get("default_root_dir") or os.getcwd())
     checkpoint = config.get("checkpoint") or {}
@@ -403,9 +405,9 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
                                                      if run_config.is_file() and run_options else ""))
         if not other and not dirpath:  # a fit that kept its checkpoints in a checkpoint.dirpath of its own
             other = _dirpath_hint(where, name_glob, kind, run_options)
-        raise UserInputError(
-            f"--ckpt_path {kind}: no checkpoint matches {described}{other or '; pass a checkpoint file to --ckpt_path'}"
-        )
+        fallback = "; pass a checkpoint file to --ckpt_path" + (", or leave --ckpt_path out to start a new run"
+                                                                 if fit else "")
+        raise UserInputError(f"--ckpt_path {kind}: no checkpoint matches {described}{other or fallback}")
     newest = _newest(candidates)
     return selected_checkpoint(newest) or newest if kind == "best" and selected else newest
 

@@ -47,8 +47,8 @@ from td3_lightning.checkpointing import (
 )
 from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
 from td3_lightning.envs import env_overrides, make_env, trained_on, training_aid_names
-from td3_lightning.errors import (DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, package_file,
-                                  shipped_path, yaml_problem)
+from td3_lightning.errors import (PACKAGE_DIR, DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean,
+                                  package_file, shipped_path, yaml_problem)
 from td3_lightning.extensions import check_extensions_act
 from td3_lightning.idle_options import idle_options, signature_defaults
 from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
@@ -120,13 +120,12 @@ def _said_unasked(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(UNASKED_LINES)
 
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
 _format_warning = warnings.formatwarning
 
 
 def _said_as_warning(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
     """This package's own warnings as ``warning: <text>`` lines, without its source file and line; others as usual."""
-    if Path(filename).resolve().is_relative_to(_PACKAGE_DIR) and issubclass(category, UserWarning):
+    if Path(filename).resolve().is_relative_to(PACKAGE_DIR) and issubclass(category, UserWarning):
         return f"warning: {message}\n"
     return _format_warning(message, category, filename, lineno, line)
 
@@ -315,7 +314,7 @@ class TD3CLI(LightningCLIHooks):
                 ckpt = shipped_path(ckpt)  # a shipped driver's path works from any folder
                 self.config[f"{subcommand}.ckpt_path"] = ckpt
             if ckpt in ("last", "best"):
-                newest = find_run_checkpoint(config, ckpt, selected=False)
+                newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit")
                 chosen = selected_checkpoint(newest) if ckpt == "best" else None
                 ckpt = str(chosen or newest)
                 self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now

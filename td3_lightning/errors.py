@@ -26,8 +26,12 @@ class NonFiniteError(UserInputError):
 
 def did_you_mean(name: str, choices: list[str], cutoff: float = 0.7) -> str:
     """`` (did you mean <choice>?)`` for the closest of ``choices`` in ``name``'s dotted group (``model.``
-    matches ``model.*`` only) by its last part; ``""`` when none is close enough."""
+    matches ``model.*`` only; a misspelt group, ``modle.``, the closest group's) by its last part; ``""`` when
+    none is close enough."""
     group, _, last = name.rpartition(".")
+    groups = sorted({c.rpartition(".")[0] for c in choices})
+    if group not in groups:
+        group = next(iter(difflib.get_close_matches(group, groups, n=1, cutoff=cutoff)), group)
     siblings = {c.rpartition(".")[2]: c for c in choices if c.rpartition(".")[0] == group}
     close = difflib.get_close_matches(last, list(siblings), n=1, cutoff=cutoff)
     return f" (did you mean {siblings[close[0]]}?)" if close else ""
@@ -48,8 +52,8 @@ def yaml_problem(err: Any) -> str:
 CKPT_PATH_TAKES = "--ckpt_path takes last, best or a .ckpt file that td3_lightning wrote"
 
 
-#: the folder that holds the installed package: the shipped checkpoints are td3_lightning/checkpoints/*.ckpt in it
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+#: the installed package's own folder: the shipped checkpoints are its checkpoints/*.ckpt
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def package_file(path: str | Path) -> Path | None:
@@ -57,8 +61,8 @@ def package_file(path: str | Path) -> Path | None:
     where = Path(path)
     if str(path) == "" or where.is_absolute() or where.parts[:1] != ("td3_lightning",):
         return None
-    inside = (PACKAGE_ROOT / where).resolve()
-    return inside if inside.is_file() and inside.is_relative_to(PACKAGE_ROOT / "td3_lightning") else None
+    inside = (PACKAGE_DIR.parent / where).resolve()
+    return inside if inside.is_file() and inside.is_relative_to(PACKAGE_DIR) else None
 
 
 def shipped_path(path: str) -> str:

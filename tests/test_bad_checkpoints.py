@@ -142,6 +142,11 @@ def test_bad_checkpoint_one_line_nothing_written(
         ([], {"trainer": {"max_stepz": 10}},
          "error: unknown key trainer.max_stepz in the configuration (did you mean trainer.max_steps?); "
          "--help lists the options"),
+        (["--modle.gamma", "0.9"], None,
+         "error: unknown option --modle.gamma (did you mean --model.gamma?); --help lists the options"),
+        ([], {"trainr": {"max_steps": 10}},
+         "error: unknown key trainr.max_steps in the configuration (did you mean trainer.max_steps?); "
+         "--help lists the options"),
         (["--trainer.max_step", "300"], None,
          "error: unknown option --trainer.max_step (did you mean --trainer.max_steps?); --help lists the options"),
         (["--gamma", "0.9"], None, "error: unknown option --gamma (did you mean --model.gamma?); --help lists the "
@@ -186,7 +191,8 @@ def test_bad_checkpoint_one_line_nothing_written(
          "needs a space after each colon, e.g. '{a: 1, b: 2}')"),
     ],
     ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "wrong-union", "config-unknown-key",
-         "config-wrong-type", "config-unknown-trainer-key", "a-prefix-is-not-the-option", "option-outside-its-group",
+         "config-wrong-type", "config-unknown-trainer-key", "misspelt-group", "config-misspelt-group",
+         "a-prefix-is-not-the-option", "option-outside-its-group",
          "option-a-prefix-of-others", "unquoted-list", "config-option-outside-its-group",
          "config-subcommand-level", "config-group-inside-another", "config-section-a-number",
          "config-section-a-list", "config-section-no-file", "validation-on-test-seeds", "test-on-validation-seeds",
@@ -210,7 +216,7 @@ def test_ckpt_path_last_without_earlier_runs(tmp_path, monkeypatch, capsys):
     err = _error_line(["fit", *RUN, "--ckpt_path", "last"], capsys)
     assert err == (
         f"error: --ckpt_path last: no checkpoint matches {tmp_path}/lightning_logs/*/checkpoints/last*.ckpt; "
-        "pass a checkpoint file to --ckpt_path"
+        "pass a checkpoint file to --ckpt_path, or leave --ckpt_path out to start a new run"
     )
     assert list(tmp_path.iterdir()) == []
 
