@@ -80,6 +80,50 @@ def test_checkpoint_holds_every_ranks_replay_and_resume_is_exact(ddp_runs):
     assert "resumed mid-episode" not in (ddp_runs / "resume_stderr.txt").read_text()
 
 
+# TD7's options that run under DDP (policy checkpoints assess one process's episodes and are refused there)
+TD7 = ["--model.normalize_obs", "true", "--data.sampler", "lap", "--model.embedding_dim", "16",
+       "--model.target_update_every", "50", "--data.batch_size", "32"]
+
+
+@pytest.fixture(scope="module")
+def td7_runs(tmp_path_factory, cli_env):
+    """The TD7 options: A 400 steps straight; B 200 steps, then resumed to 400."""
+    root = tmp_path_factory.mktemp("ddp_td7")
+    _run([*FIT, *TD7, "--trainer.max_steps", "400", "--trainer.default_root_dir", "A", *_probe(root / "probe_a")],
+         root, cli_env)
+    _run([*FIT, *TD7, "--trainer.max_steps", "200", "--trainer.default_root_dir", "B"], root, cli_env)
+    last = root / "B" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    _run([*FIT, *TD7, "--trainer.max_steps", "400", "--trainer.default_root_dir", "B", "--ckpt_path", str(last),
+          *_probe(root / "probe_b")], root, cli_env)
+    return root
+
+
+def test_td7_options_keep_ranks_identical_with_shared_statistics_and_own_priorities(td7_runs):
+    rank0, rank1 = _ranks(td7_runs / "probe_a")  # the weights with the statistics and the SALE encoder
+    assert rank0["weights_sum"] == rank1["weights_sum"] and rank0["weights_abs_sum"] == rank1["weights_abs_sum"]
+    ckpt = torch.load(td7_runs / "A/lightning_logs/version_0/checkpoints/last.ckpt", weights_only=False)
+    counts = {k: float(v) for k, v in ckpt["state_dict"].items() if k.endswith("normalizer.count")}
+    assert counts and set(counts.values()) == {400 * 32 * 2}  # every update merged both ranks' batches
+    data = ckpt["ReplayDataModule"]
+    p0, p1 = data["replay"]["sampler"]["priority"], data["other_ranks"][0]["replay"]["sampler"]["priority"]
+    assert p0.shape == p1.shape == (600,)  # one per transition of the rank's own buffer
+    assert p0.max() > 1.0 and p1.max() > 1.0  # each rank's update wrote its own batches' TD errors
+    assert not torch.equal(p0, p1)
+
+
+def test_td7_options_resume_exactly_under_ddp(td7_runs):
+    a = torch.load(td7_runs / "A/lightning_logs/version_0/checkpoints/last.ckpt", weights_only=False)
+    b = torch.load(td7_runs / "B/lightning_logs/version_1/checkpoints/last.ckpt", weights_only=False)
+    assert a["global_step"] == b["global_step"] == 400
+    for name, tensor in a["state_dict"].items():
+        assert torch.equal(tensor, b["state_dict"][name]), name
+    data_a, data_b = a["ReplayDataModule"], b["ReplayDataModule"]
+    for rank_a, rank_b in [(data_a, data_b), (data_a["other_ranks"][0], data_b["other_ranks"][0])]:
+        for key, value in rank_a["replay"]["sampler"].items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(rank_b["replay"]["sampler"][key])), key
+    assert _ranks(td7_runs / "probe_a") == _ranks(td7_runs / "probe_b")
+
+
 @pytest.mark.parametrize("episodes", [5, 3])  # 3: one rank plays a single episode
 def test_test_splits_episodes_over_ranks_and_gathers_them(ddp_runs, cli_env, episodes):
     ckpt = str(ddp_runs / "A/lightning_logs/version_0/checkpoints/last.ckpt")
