@@ -289,6 +289,7 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
         "action_shape": (len(low),) if low is not None else None,
         "action_bounds": (list(low), list(high)) if low is not None and high is not None else None,
         "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
+        "data_options": data.get("options") if isinstance(data, dict) else None,
         "resumable": all(k in ckpt for k in ("optimizer_states", "loops")),
         "train_seconds": timer_train_seconds(ckpt),
     }

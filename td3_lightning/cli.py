@@ -45,7 +45,7 @@ from td3_lightning.checkpointing import (
     selected_checkpoint,
     with_atomic_checkpoint_io,
 )
-from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
+from td3_lightning.data import ReplayDataModule, changed_training_options, check_buffer_device, check_data_options
 from td3_lightning.envs import env_overrides, make_env, trained_on, training_aid_names
 from td3_lightning.errors import (PACKAGE_DIR, DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean,
                                   package_file, shipped_path, yaml_problem)
@@ -427,6 +427,9 @@ class TD3CLI(LightningCLIHooks):
                 f"checkpoint replay buffer capacity {capacity} != data.buffer_size {self.datamodule.buffer_size} "
                 f"({path}); set data.buffer_size {capacity} to resume it"
             )
+        changed = changed_training_options(facts["data_options"], self.datamodule, path) \
+            if self.subcommand == "fit" else None
+        self._warnings += (changed,) if changed else ()
         trained_id, trained_kwargs = facts["env"]
         if trained_id == env_id and trained_kwargs is not None:  # the same shapes, perhaps not the same env
             fit = self.subcommand in ("fit", None)  # played, a policy keeps the env's rules: its aids are not asked for

@@ -81,6 +81,31 @@ class ReplayLoader(DataLoader):
         pass
 
 
+#: the data options that shape how a run trains (beyond its env and replay capacity, checked apart): in checkpoints
+TRAINING_OPTIONS = ("batch_size", "warmup_steps", "utd_ratio", "n_step", "sampler", "priority_alpha")
+
+
+def changed_training_options(saved: dict[str, Any] | None, datamodule: Any, path: str) -> str | None:
+    """What a resume of the checkpoint at ``path`` (its data options ``saved``) changes of how it trains, as a
+    warning line (None: nothing). Replay priorities read with another exponent, or dropped, are refused."""
+    changed = {name: value for name, value in (saved or {}).items()
+               if name in TRAINING_OPTIONS and getattr(datamodule, name) != value}
+    if not changed:
+        return None
+    if saved.get("sampler") == "lap" and ({"sampler", "priority_alpha"} & set(changed)):
+        alpha = saved.get("priority_alpha")
+        fate = (f"data.sampler {datamodule.sampler} would drop" if datamodule.sampler != "lap"
+                else f"data.priority_alpha {datamodule.priority_alpha} would misread")
+        raise UserInputError(
+            f"checkpoint {path} holds LAP priorities (data.sampler lap, data.priority_alpha {alpha}) that this fit's "
+            f"{fate}: add --data.sampler lap --data.priority_alpha {alpha} to resume it, or train a new run")
+    listing = ", ".join(f"data.{name} {getattr(datamodule, name)} (the checkpoint's: {value})"
+                        for name, value in changed.items())
+    add = " ".join(f"--data.{name} {value}" for name, value in changed.items())
+    return f"checkpoint {path} was trained with other data options than this fit's: {listing}; add {add} to go on " \
+           "as it was trained"
+
+
 class ReplayChunk:
     """The replay batches of up to ``data.steps_per_batch`` training steps, as one Lightning batch.
 
@@ -494,6 +519,7 @@ class ReplayDataModule(L.LightningDataModule):
             if in_flight > 0
             else [],
             "replay": self.buffer.state_dict() if (self.buffer is not None and self.save_replay) else None,
+            "options": {name: getattr(self, name) for name in TRAINING_OPTIONS},  # told back if a resume changes one
         }
         return pack_rank_states(self.trainer, state)  # under DDP: every rank's buffer
 

@@ -467,6 +467,32 @@ def test_the_same_shapes_from_other_env_kwargs_are_played_with_a_warning_that_na
     assert "reset_steps" not in lightning_log.text  # a training note, said by fit only
 
 
+def test_a_resume_keeps_lap_priorities_and_is_told_other_data_options(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", *RUN, "--data.sampler", "lap", "--data.priority_alpha", "0.5"])
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    resume = ["fit", *RUN, "--trainer.max_steps", "90", "--ckpt_path", "last"]
+    assert _error_line(resume, capsys) == (  # the run's config without the command line's sampler
+        f"error: checkpoint {last} holds LAP priorities (data.sampler lap, data.priority_alpha 0.5) that this "
+        "fit's data.sampler uniform would drop: add --data.sampler lap --data.priority_alpha 0.5 to resume it, or "
+        "train a new run")
+    assert _error_line([*resume, "--data.sampler", "lap"], capsys).endswith(
+        "that this fit's data.priority_alpha 0.4 would misread: add --data.sampler lap --data.priority_alpha 0.5 to "
+        "resume it, or train a new run")
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]  # nothing written
+    lap = ["--data.sampler", "lap", "--data.priority_alpha", "0.5"]
+    with pytest.warns(UserWarning) as caught:
+        main([*resume, *lap, "--data.batch_size", "32", "--data.n_step", "2"])
+    assert [str(w.message) for w in caught if "other data options" in str(w.message)] == [
+        f"checkpoint {last} was trained with other data options than this fit's: data.batch_size 32 (the "
+        "checkpoint's: 16), data.n_step 2 (the checkpoint's: 1); add --data.batch_size 16 --data.n_step 1 to go on "
+        "as it was trained"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["fit", *RUN, *lap, "--trainer.max_steps", "90", "--ckpt_path", str(last)])
+    assert caught and not [w for w in caught if "other data options" in str(w.message)]  # as trained: not told
+
+
 @pytest.mark.parametrize("kwargs, error", [
     ("{aid_features: maybe}", "error: data.env_kwargs.aid_features 'maybe': a value that 'CarRacingState-v0' "
                               "refuses: aid_features must be true or false, got 'maybe'; fix it"),
