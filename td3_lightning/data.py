@@ -160,7 +160,7 @@ class ReplayDataModule(L.LightningDataModule):
         steps_per_batch: training steps per Lightning batch: the same training with less loop overhead (>= 1).
         n_step: steps per replayed transition: n-step returns (>= 1; 1 = TD3's one-step target).
         sampler: uniform, or lap: in proportion to the TD error (LAP, with its matching critic loss).
-        priority_alpha: lap: the exponent of the priorities max(|TD error|, 1) (>= 0; 0 = uniform).
+        priority_alpha: lap: the exponent of the priorities max(|TD error|, 1), in [0, 1] (0 = uniform).
         num_workers: must be 0: the buffer lives in the main process, batches are sampled there.
     """
 
@@ -571,6 +571,9 @@ def check_data_options(options: Mapping[str, Any]) -> None:
             raise UserInputError(f"data.{name} must be {' or '.join(choices)}, got {options[name]!r}")
     if not options["priority_alpha"] >= 0:  # NaN too
         raise UserInputError(f"data.priority_alpha must be >= 0, got {options['priority_alpha']}")
+    if options["priority_alpha"] > 1:  # beyond proportional: the largest priorities take every draw (or overflow)
+        raise UserInputError(f"data.priority_alpha must be at most 1 (1: draws in proportion to the TD error), got "
+                             f"{options['priority_alpha']}")
     if options["buffer_device"] != "auto" and not _is_device(options["buffer_device"]):
         raise UserInputError(f"data.buffer_device must be auto or a torch device such as cpu or cuda:0, "
                              f"got {options['buffer_device']!r}")

@@ -25,7 +25,7 @@ LIGHTNING_LINES: dict[str, str] = {
     "--trainer.max_time": "stop after this wall time too, e.g. 00:02:00:00 (DD:HH:MM:SS).",
     "--trainer.accelerator": "cpu, gpu or auto.",
     "--trainer.devices": "devices to run on; several run DDP, each rank with its own envs and buffer.",
-    "--trainer.precision": "32-true (the default), bf16-mixed, 16-mixed or 64-true.",
+    "--trainer.precision": "32-true (the default), bf16-mixed or 16-mixed (run as bf16-mixed on a CPU).",
     "--trainer.default_root_dir": "the folder that holds lightning_logs/version_N/ (default: the current folder).",
     "--trainer.log_every_n_steps": "TensorBoard scalars every N training steps (>= 0; 0: none).",
     "--trainer.enable_model_summary": "print the networks' summary when training starts.",
