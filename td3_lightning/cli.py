@@ -260,6 +260,7 @@ class TD3CLI(LightningCLIHooks):
     _ckpt_facts: dict[str, Any] | None = None
     _notes: tuple[str, ...] = ()  # said once the input has passed every check
     _given_model_options: tuple[str, ...] = ()  # the --model.* options on the command line
+    _recheck = False  # the options failed a check that the checkpoint's model options may pass
     _ckpt_on_command_line = False  # --ckpt_path given on the command line (not only in a --config file)
     _checkpoint_line: str = ""  # which file --ckpt_path last|best chose
     _warnings: tuple[str, ...] = ()  # warned of once the input has passed every check
@@ -295,8 +296,15 @@ class TD3CLI(LightningCLIHooks):
             raise UserInputError(one_line_parse_error(str(err), cli_option_names(self, args),
                                                       whole_number_hint=True)) from None
         subcommand = self.config.get("subcommand")
-        check_options(self.config[subcommand] if subcommand else self.config, subcommand or "fit")
+        section = self.config[subcommand] if subcommand else self.config
         self._given_model_options = given_model_options(argv)
+        try:
+            check_options(section, subcommand or "fit")
+        except UserInputError:
+            plays_checkpoint = subcommand in ("validate", "test") or section.get("ckpt_path") is not None
+            if not (subcommand and plays_checkpoint and self._given_model_options):
+                raise
+            self._recheck = True  # once the checkpoint's model options replace these, or a given one is refused
         self._ckpt_on_command_line = any(a == "--ckpt_path" or a.startswith("--ckpt_path=") for a in argv)
 
     # ------------------------------------------------------------- the checkpoint, before anything is built
@@ -343,6 +351,8 @@ class TD3CLI(LightningCLIHooks):
             self._refuse_replaced_options(subcommand, ckpt, given)
         if mode is not None:
             self.config[subcommand]["model"]["compile_mode"] = mode
+        if self._recheck:
+            check_options(self.config[subcommand], subcommand)
         if subcommand == "fit" and ckpt is None:
             self._record_teacher_where_found(self.config[subcommand]["model"])
         max_steps = (self.config[subcommand].get("trainer") or {}).get("max_steps") if subcommand == "fit" else None

@@ -637,6 +637,35 @@ def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, m
         main(["test", *args, "--ckpt_path", str(last), "--model.gamma", "0.5"])
 
 
+def test_a_model_option_that_breaks_the_checkpoints_combination_is_told_the_resume_rule(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """--model.target_update_every 0 on a SALE run: alone, SALE without hard updates is refused; on a resume the fix
+    is to drop the option (fit), and test plays the checkpoint with a warning."""
+    monkeypatch.chdir(tmp_path)
+    args = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.limit_val_batches", "0",
+            "--data.test_episodes", "1", "--model.hidden_dims", "[8]", "--model.embedding_dim", "8"]
+    main(["fit", *args, "--model.target_update_every", "8", "--trainer.max_steps", "16"])
+    last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *args, "--model.target_update_every", "0", "--trainer.max_steps", "32", "--ckpt_path", "last"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: a resumed run keeps the model options of its checkpoint ({last}): --model.target_update_every 0 (the "
+        "checkpoint's: 8); drop it, or train a new run (without --ckpt_path)")
+    with pytest.raises(SystemExit):  # a new run: the combination's own rule
+        main(["fit", *args, "--model.target_update_every", "0"])
+    assert capsys.readouterr().err.strip() == (
+        "error: model.embedding_dim refreshes the fixed encoder at each hard target update: set "
+        "model.target_update_every (TD7: 250)")
+    with pytest.raises(SystemExit):  # the checkpoint's options, and a data option that is wrong whatever the model
+        main(["fit", *args, "--model.target_update_every", "8", "--ckpt_path", "last", "--data.batch_size", "0"])
+    assert capsys.readouterr().err.strip() == "error: data.batch_size must be at least 1, got 0"
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
+    with pytest.warns(UserWarning, match=r"--model.target_update_every 0 \(the checkpoint's: 8\) is not used"):
+        main(["test", *args, "--ckpt_path", str(last), "--model.target_update_every", "0"])
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal on a machine without a GPU")
 @pytest.mark.parametrize("accelerator, said", [
     ("gpu", "Lightning refuses trainer.accelerator 'gpu': No supported gpu backend found"),
