@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import __version__ as lightning_version
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -290,6 +291,9 @@ class TD3CLI(LightningCLIHooks):
         printing = [a for a in argv if a == "--print_config" or a.startswith("--print_config=")]
         if printing:  # jsonargparse prints and exits while parsing, before any check
             self.parse_arguments(parser, [a for a in argv if a not in printing])
+            subcommand = self.config.get("subcommand")
+            if subcommand in ("validate", "test") or (subcommand and self.config[subcommand].get("ckpt_path")):
+                self._print_with_checkpoint(parser, subcommand, "skip_null" in printing[-1])
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as err:
@@ -306,6 +310,19 @@ class TD3CLI(LightningCLIHooks):
                 raise
             self._recheck = True  # once the checkpoint's model options replace these, or a given one is refused
         self._ckpt_on_command_line = any(a == "--ckpt_path" or a.startswith("--ckpt_path=") for a in argv)
+
+    def _print_with_checkpoint(self, parser: LightningArgumentParser, subcommand: str, skip_null: bool) -> None:
+        """``--print_config`` of a run that plays or resumes a checkpoint: the configuration it runs with, the
+        checkpoint's model options and file included (jsonargparse's own print knows neither); exits. Without a
+        checkpoint to read (none yet: a config template) jsonargparse prints the options as given."""
+        try:
+            self._parse_ckpt_path()
+        except UserInputError:
+            return
+        section = yaml.safe_load(parser.dump(self.config, skip_none=skip_null, format="yaml"))[subcommand]
+        sys.stdout.write(f"# lightning.pytorch=={lightning_version}\n"
+                         + yaml.safe_dump(section, sort_keys=False))
+        raise SystemExit(0)
 
     # ------------------------------------------------------------- the checkpoint, before anything is built
     def read_checkpoint_hparams(self, read: Any) -> None:

@@ -38,7 +38,7 @@ LIGHTNING_LINES: dict[str, str] = {
 GENERAL_LINES: dict[str, str] = {
     "--config": "a YAML file or a bundled config's name (pendulum.yaml, car.yaml, ...).",
     "--seed_everything": "seed of every random stream (an integer; true = a random one).",
-    "--print_config": "print the resolved configuration and exit.",
+    "--print_config": "print the resolved configuration (with --ckpt_path, the checkpoint's model options) and exit.",
 }
 
 #: ``--ckpt_path`` as each subcommand reads it

@@ -640,7 +640,8 @@ def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, m
 def test_a_model_option_that_breaks_the_checkpoints_combination_is_told_the_resume_rule(tmp_path, monkeypatch,
                                                                                            capsys):
     """--model.target_update_every 0 on a SALE run: alone, SALE without hard updates is refused; on a resume the fix
-    is to drop the option (fit), and test plays the checkpoint with a warning."""
+    is to drop the option (fit), and test plays the checkpoint with a warning. --print_config of a resume prints the
+    checkpoint's model options."""
     monkeypatch.chdir(tmp_path)
     args = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.limit_val_batches", "0",
             "--data.test_episodes", "1", "--model.hidden_dims", "[8]", "--model.embedding_dim", "8"]
@@ -664,6 +665,12 @@ def test_a_model_option_that_breaks_the_checkpoints_combination_is_told_the_resu
     assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
     with pytest.warns(UserWarning, match=r"--model.target_update_every 0 \(the checkpoint's: 8\) is not used"):
         main(["test", *args, "--ckpt_path", str(last), "--model.target_update_every", "0"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:  # what a resume runs with: the checkpoint's SALE options
+        main(["fit", *args[:-2], "--ckpt_path", "last", "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert exit_info.value.code == 0 and printed["ckpt_path"] == str(last)
+    assert (printed["model"]["embedding_dim"], printed["model"]["target_update_every"]) == (8, 8)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal on a machine without a GPU")

@@ -305,8 +305,8 @@ def test_lap_needs_a_replay_of_whole_observations():
         ReplayDataModule("Pendulum-v1", sampler="per")
     with pytest.raises(UserInputError, match=r"data.priority_alpha must be >= 0, got -1"):
         ReplayDataModule("Pendulum-v1", sampler="lap", priority_alpha=-1)
-    with pytest.raises(UserInputError, match=r"data.priority_alpha must be at most 1 \(1: draws in proportion to the TD "
-                                             r"error\), got 1000"):
+    over = r"data.priority_alpha must be at most 1 \(1: draws in proportion to the TD error\), got 1000"
+    with pytest.raises(UserInputError, match=over):
         ReplayDataModule("Pendulum-v1", sampler="lap", priority_alpha=1000)
 
 
