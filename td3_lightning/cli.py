@@ -485,7 +485,8 @@ class TD3CLI(LightningCLIHooks):
             model, data, trainer = (cli_config_value(self, self.config, group, default={}) or {}
                                     for group in ("model", "data", "trainer"))
             check_capture_options(model, data, trainer)
-            check_policy_checkpoint_options(model, data, requested_processes(trainer))
+            check_policy_checkpoint_options(model, data, requested_processes(trainer),
+                                            resumed=bool(self._ckpt_facts))
 
     def instantiate_classes(self) -> None:
         """A Trainer or callback argument that Lightning refuses while they are built (nothing is

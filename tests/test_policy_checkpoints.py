@@ -164,6 +164,9 @@ def test_several_envs_or_processes_are_refused(data, devices, message):
     with pytest.raises(UserInputError, match=message):
         check_policy_checkpoint_options({"policy_checkpoints": True}, data, devices)
     check_policy_checkpoint_options({"policy_checkpoints": False}, data, devices)  # off: nothing to refuse
+    resumed = message.replace(r", or model.policy_checkpoints false$", r", as its checkpoint was trained$")
+    with pytest.raises(UserInputError, match=resumed):  # a resumed run keeps its model options: one fix is left
+        check_policy_checkpoint_options({"policy_checkpoints": True}, data, devices, resumed=True)
 
 
 def test_the_env_loop_refuses_several_envs_from_python():

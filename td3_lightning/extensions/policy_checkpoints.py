@@ -84,15 +84,17 @@ def policy_checkpoint(actor: nn.Module, hp: Mapping[str, Any]) -> PolicyCheckpoi
 
 
 def check_policy_checkpoint_options(model: Mapping[str, Any], data: Mapping[str, Any] | None = None,
-                                    devices: int = 1) -> None:
+                                    devices: int = 1, resumed: bool = False) -> None:
     """One :class:`UserInputError` line for what ``model.policy_checkpoints`` cannot assess: several envs or
-    processes (an assessment follows the episodes of one env)."""
+    processes (an assessment follows the episodes of one env). A ``resumed`` run keeps the option: only the
+    other fix is told."""
     if not model.get("policy_checkpoints"):
         return
+    other = ", as its checkpoint was trained" if resumed else ", or model.policy_checkpoints false"
     num_envs = (data or {}).get("num_envs") or 1
     if num_envs != 1:
         raise UserInputError(f"model.policy_checkpoints assesses the episodes of one env (data.num_envs {num_envs}): "
-                             "set data.num_envs 1, or model.policy_checkpoints false")
+                             f"set data.num_envs 1{other}")
     if devices > 1:
         raise UserInputError(f"model.policy_checkpoints assesses the episodes of one process ({devices} devices or "
-                             "nodes): set trainer.devices 1, or model.policy_checkpoints false")
+                             f"nodes): set trainer.devices 1{other}")
