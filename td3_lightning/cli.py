@@ -304,9 +304,8 @@ class TD3CLI(LightningCLIHooks):
         self._given_model_options = given_model_options(argv)
         try:
             check_options(section, subcommand or "fit")
-        except UserInputError:
-            plays_checkpoint = subcommand in ("validate", "test") or section.get("ckpt_path") is not None
-            if not (subcommand and plays_checkpoint and self._given_model_options):
+        except UserInputError:  # a resume refuses a given model option first: the fix is to drop it
+            if not (subcommand == "fit" and section.get("ckpt_path") is not None and self._given_model_options):
                 raise
             self._recheck = True  # once the checkpoint's model options replace these, or a given one is refused
         self._ckpt_on_command_line = any(a == "--ckpt_path" or a.startswith("--ckpt_path=") for a in argv)
@@ -368,8 +367,6 @@ class TD3CLI(LightningCLIHooks):
             self._refuse_replaced_options(subcommand, ckpt, given)
         if mode is not None:
             self.config[subcommand]["model"]["compile_mode"] = mode
-        if self._recheck:
-            check_options(self.config[subcommand], subcommand)
         if subcommand == "fit" and ckpt is None:
             self._record_teacher_where_found(self.config[subcommand]["model"])
         max_steps = (self.config[subcommand].get("trainer") or {}).get("max_steps") if subcommand == "fit" else None
@@ -389,6 +386,8 @@ class TD3CLI(LightningCLIHooks):
             self._notes += (f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's {saved}: the "
                             f"networks start over after training step{'s' if len(resets) > 1 else ''} "
                             f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)",)
+        if self._recheck:  # the configured options failed a check: now with the checkpoint's model options
+            check_options(self.config[subcommand], subcommand)
 
     @staticmethod
     def _record_teacher_where_found(model: Any) -> None:
