@@ -90,6 +90,8 @@ def changed_training_options(saved: dict[str, Any] | None, datamodule: Any, path
     warning line (None: nothing). Replay priorities read with another exponent, or dropped, are refused."""
     changed = {name: value for name, value in (saved or {}).items()
                if name in TRAINING_OPTIONS and getattr(datamodule, name) != value}
+    if "lap" not in (saved.get("sampler"), datamodule.sampler):
+        changed.pop("priority_alpha", None)  # idle in both
     if not changed:
         return None
     if saved.get("sampler") == "lap" and ({"sampler", "priority_alpha"} & set(changed)):

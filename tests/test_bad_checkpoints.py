@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -491,6 +492,11 @@ def test_a_resume_keeps_lap_priorities_and_is_told_other_data_options(tmp_path, 
         warnings.simplefilter("always")
         main(["fit", *RUN, *lap, "--trainer.max_steps", "90", "--ckpt_path", str(last)])
     assert caught and not [w for w in caught if "other data options" in str(w.message)]  # as trained: not told
+    from td3_lightning.data import changed_training_options
+
+    uniform = types.SimpleNamespace(batch_size=16, warmup_steps=100, utd_ratio=1.0, n_step=1, sampler="uniform",
+                                    priority_alpha=0.7)  # idle in both: not told
+    assert changed_training_options({**vars(uniform), "priority_alpha": 0.4}, uniform, "x.ckpt") is None
 
 
 @pytest.mark.parametrize("kwargs, error", [
