@@ -88,7 +88,8 @@ TRAINING_OPTIONS = ("batch_size", "warmup_steps", "utd_ratio", "n_step", "sample
 def changed_training_options(saved: dict[str, Any] | None, datamodule: Any, path: str) -> str | None:
     """What a resume of the checkpoint at ``path`` (its data options ``saved``) changes of how it trains, as a
     warning line (None: nothing). Replay priorities read with another exponent, or dropped, are refused."""
-    changed = {name: value for name, value in (saved or {}).items()
+    saved = saved or {}  # a checkpoint from before they were recorded: nothing to compare
+    changed = {name: value for name, value in saved.items()
                if name in TRAINING_OPTIONS and getattr(datamodule, name) != value}
     if "lap" not in (saved.get("sampler"), datamodule.sampler):
         changed.pop("priority_alpha", None)  # idle in both

@@ -497,6 +497,7 @@ def test_a_resume_keeps_lap_priorities_and_is_told_other_data_options(tmp_path, 
     uniform = types.SimpleNamespace(batch_size=16, warmup_steps=100, utd_ratio=1.0, n_step=1, sampler="uniform",
                                     priority_alpha=0.7)  # idle in both: not told
     assert changed_training_options({**vars(uniform), "priority_alpha": 0.4}, uniform, "x.ckpt") is None
+    assert changed_training_options(None, uniform, "x.ckpt") is None  # a checkpoint from before they were recorded
 
 
 @pytest.mark.parametrize("kwargs, error", [
