@@ -239,9 +239,12 @@ class ReplayDataModule(L.LightningDataModule):
                 f"data.frame_stack {frame_stack} stacks image frames, and {env_id}'s observations are not images "
                 f"(shape {tuple(self.spec.obs_shape)}); leave it unset"
             )
-        if self.sampler != "uniform" and self._shares_frames():  # priorities are kept per stored observation
+        # priorities are kept per stored observation; the shared ring holds 1.125 frames per transition
+        if self.sampler != "uniform" and (stack := self._shares_frames()):
             raise UserInputError(f"data.sampler {self.sampler} needs a replay of whole observations: set "
-                                 "data.frame_stack 1 or data.sampler uniform")
+                                 f"data.frame_stack 1 (observation and next observation stored whole, {stack} "
+                                 f"frames each: about {round(2 * stack / 1.125)}x the replay memory) or data.sampler "
+                                 "uniform")
         if self.train_env_kwargs != self.env_kwargs:
             make_env(env_id, self.train_env_kwargs, option="data.train_env_kwargs").close()
 

@@ -377,8 +377,9 @@ def test_lap_with_frames_shared_between_observations_is_one_line_before_anything
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", "car_pixels.yaml", "--trainer.max_steps", "20", "--data.sampler", "lap"])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip() == ("error: data.sampler lap needs a replay of whole observations: set "
-                                               "data.frame_stack 1 or data.sampler uniform")
+    assert capsys.readouterr().err.strip() == (
+        "error: data.sampler lap needs a replay of whole observations: set data.frame_stack 1 (observation and next "
+        "observation stored whole, 4 frames each: about 7x the replay memory) or data.sampler uniform")
     assert list(tmp_path.iterdir()) == []
 
 
