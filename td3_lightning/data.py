@@ -28,6 +28,7 @@ from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env, training_aids_set
 from td3_lightning.errors import UserInputError
 from td3_lightning.evaluation import EpisodeStream, Policy, numpy_policy
+from td3_lightning.idle_options import idle_data_option
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer
 from td3_lightning.samplers import LAPSampler
 from td3_lightning.video import log_tensorboard_video, write_video
@@ -89,10 +90,9 @@ def changed_training_options(saved: dict[str, Any] | None, datamodule: Any, path
     """What a resume of the checkpoint at ``path`` (its data options ``saved``) changes of how it trains, as a
     warning line (None: nothing). Replay priorities read with another exponent, or dropped, are refused."""
     saved = saved or {}  # a checkpoint from before they were recorded: nothing to compare
-    changed = {name: value for name, value in saved.items()
-               if name in TRAINING_OPTIONS and getattr(datamodule, name) != value}
-    if "lap" not in (saved.get("sampler"), datamodule.sampler):
-        changed.pop("priority_alpha", None)  # idle in both
+    ours = {name: getattr(datamodule, name) for name in TRAINING_OPTIONS}
+    changed = {name: value for name, value in saved.items() if name in ours and ours[name] != value
+               and not (idle_data_option(name, saved) and idle_data_option(name, ours))}  # idle in both: no matter
     if not changed:
         return None
     if saved.get("sampler") == "lap" and ({"sampler", "priority_alpha"} & set(changed)):

@@ -40,6 +40,12 @@ def idle_options(model: Mapping[str, Any], data: Mapping[str, Any], defaults: Ma
     return idle
 
 
+def idle_data_option(name: str, data: Mapping[str, Any]) -> bool:
+    """Whether the data option ``name`` does nothing given the data options ``data`` (a rule of :data:`_RULES`
+    that reads the data group only)."""
+    return any(option == name and group == "data" and why({}, data) for option, group, why in _RULES)
+
+
 def signature_defaults(cls: type) -> dict[str, Any]:
     """The defaults of ``cls``'s constructor arguments."""
     return {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
