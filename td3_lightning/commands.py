@@ -24,7 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "test": ("play the test episodes with a checkpoint's policy and write test_results.json",
              "test --config pendulum.yaml --ckpt_path last --data.test_episodes 100"),
     "export": ("write a checkpoint's policy as a slim checkpoint, TorchScript or ONNX",
-               "export --ckpt_path last --out actor.onnx --format onnx"),
+               "export --ckpt_path last --out actor.onnx"),
     "tune": ("search hyperparameters with Optuna, each trial a short fit (needs td3_lightning[tune])",
              "tune --config pendulum.yaml --n_trials 20 --trainer.max_steps 5000"),
 }

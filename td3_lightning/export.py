@@ -3,7 +3,7 @@
     python -m td3_lightning export --out policy.ckpt                    # the newest run's best checkpoint, slim
     python -m td3_lightning export --ckpt_path last --out policy.ckpt   # the newest run's last.ckpt, slim
     python -m td3_lightning export --ckpt_path last --out actor.pt --format torchscript
-    python -m td3_lightning export --ckpt_path path/to/run.ckpt --out actor.onnx --format onnx
+    python -m td3_lightning export --ckpt_path path/to/run.ckpt --out actor.onnx
 
 (``python -m td3_lightning.export ...`` is the same command.) ``--ckpt_path`` defaults to ``best``: the
 newest best checkpoint by ``val/return`` under ``./lightning_logs/*/checkpoints/`` (or the one ``--selection.episodes``
@@ -152,15 +152,15 @@ SUFFIX = {"slim": ".ckpt", "torchscript": ".pt", "onnx": ".onnx"}
 
 
 def check_format(out: str, fmt: str | None) -> str:
-    """``fmt``, or slim when not given; one line when ``out``'s suffix names another format (TorchScript in
-    ``actor.onnx``, an ONNX graph in ``actor.pt``, an actor in ``policy.ckpt``) or, for a ``.pt`` file, none was
-    given (torch.save and torch.jit files both use it)."""
+    """``fmt``, or when not given the format ``out``'s suffix names (``.onnx``, ``.ckpt``), else slim; one line
+    when the suffix names another format (TorchScript in ``actor.onnx``, an ONNX graph in ``actor.pt``, an actor in
+    ``policy.ckpt``) or, for a ``.pt`` file, none was given (torch.save and torch.jit files both use it)."""
     suffix = Path(out).suffix.lower()
     if fmt is None and suffix in (".pt", ".pth"):
         raise UserInputError(f"--out {out}: say what to write: --format torchscript (the actor, for torch.jit.load) "
                              "or --format slim (a checkpoint for test and TD3.load_from_checkpoint)")
-    fmt = fmt or "slim"
     wanted = {".onnx": "onnx", ".ckpt": "slim"}.get(suffix)
+    fmt = fmt or wanted or "slim"
     if (wanted is not None and wanted != fmt) or (fmt == "onnx" and suffix != ".onnx"):
         hint = f"add --format {wanted}, or " if wanted else ""
         raise UserInputError(f"--out {out} does not name {'an' if fmt[0] in 'aeiou' else 'a'} {fmt} file "
@@ -182,7 +182,8 @@ def _parser() -> OneLineParser:
                         help="replace --out if it exists (never the checkpoint being exported, never a training "
                         "checkpoint)")
     parser.add_argument("--format", choices=list(FORMATS), default=None,
-                        help="what to write: slim, torchscript or onnx (default: slim; given for a .pt file)")
+                        help="what to write: slim, torchscript or onnx (default: onnx for a .onnx file, else slim; "
+                        "given for a .pt file)")
     return parser
 
 

@@ -22,7 +22,7 @@ from td3_lightning import TD3, ReplayDataModule
 from td3_lightning.cli import main
 from td3_lightning.checkpointing import inspect_checkpoint
 from td3_lightning.errors import UserInputError
-from td3_lightning.export import export_torchscript, slim_checkpoint
+from td3_lightning.export import check_format, export_torchscript, slim_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -333,8 +333,6 @@ def test_export_into_a_folder_that_is_not_there_writes_nothing(out, line, pendul
     (["--out", "actor.onnx", "--format", "torchscript"],
      "error: --out actor.onnx does not name a torchscript file (--format torchscript): add --format onnx, or name it "
      "actor.pt"),
-    (["--out", "actor.onnx"], "error: --out actor.onnx does not name a slim file (--format slim): add --format onnx, "
-                              "or name it actor.ckpt"),
     (["--out", "policy.ckpt", "--format", "torchscript"],
      "error: --out policy.ckpt does not name a torchscript file (--format torchscript): add --format slim, or name it "
      "policy.pt"),
@@ -350,6 +348,13 @@ def test_export_to_a_file_named_for_another_format_is_one_line(args, line, pendu
         main(["export", "--ckpt_path", str(pendulum_ckpt), *args])
     assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [line]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("out, fmt", [("actor.onnx", "onnx"), ("policy.ckpt", "slim"), ("policy", "slim"),
+                                      ("actor.ONNX", "onnx")])
+def test_export_without_format_writes_what_the_file_name_says(out, fmt):
+    # before: --out actor.onnx alone was refused ("add --format onnx")
+    assert check_format(out, None) == fmt
 
 
 @pytest.mark.parametrize("option", ["--config", "--data.env_kwargs.aid_features", "--model.gamma"])
