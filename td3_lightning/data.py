@@ -29,7 +29,7 @@ from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env, train
 from td3_lightning.errors import UserInputError
 from td3_lightning.evaluation import EpisodeStream, Policy, numpy_policy
 from td3_lightning.idle_options import idle_data_option
-from td3_lightning.replay import FrameStackReplay, ReplayBuffer
+from td3_lightning.replay import FrameStackReplay, ReplayBuffer, ring_frames
 from td3_lightning.samplers import LAPSampler
 from td3_lightning.video import log_tensorboard_video, write_video
 
@@ -239,12 +239,12 @@ class ReplayDataModule(L.LightningDataModule):
                 f"data.frame_stack {frame_stack} stacks image frames, and {env_id}'s observations are not images "
                 f"(shape {tuple(self.spec.obs_shape)}); leave it unset"
             )
-        # priorities are kept per stored observation; the shared ring holds 1.125 frames per transition
+        # priorities are kept per stored observation, and the shared ring holds about one frame per transition
         if self.sampler != "uniform" and (stack := self._shares_frames()):
+            factor = round(2 * stack * self.buffer_size / ring_frames(self.buffer_size))
             raise UserInputError(f"data.sampler {self.sampler} needs a replay of whole observations: set "
                                  f"data.frame_stack 1 (observation and next observation stored whole, {stack} "
-                                 f"frames each: about {round(2 * stack / 1.125)}x the replay memory) or data.sampler "
-                                 "uniform")
+                                 f"frames each: about {factor}x the replay memory) or data.sampler uniform")
         if self.train_env_kwargs != self.env_kwargs:
             make_env(env_id, self.train_env_kwargs, option="data.train_env_kwargs").close()
 

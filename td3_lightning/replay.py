@@ -290,6 +290,12 @@ class ReplayBuffer(_Replay):
             self.sampler.added(torch.arange(n))
 
 
+def ring_frames(capacity: int) -> int:
+    """Frames a :class:`FrameStackReplay` ring keeps for ``capacity`` transitions, margins aside: one per
+    transition and an eighth more for the whole stacks that resets write."""
+    return capacity + capacity // 8
+
+
 class FrameStackReplay(_Replay):
     """Replay of frame-stacked image observations that stores every frame once.
 
@@ -322,7 +328,7 @@ class FrameStackReplay(_Replay):
         frame_stack: frames per observation.
         device: where frames and indices live.
         num_streams: envs adding rows side by side (rows of ``add_batch``).
-        frame_capacity: frames kept; default ``capacity + capacity // 8`` plus a small margin.
+        frame_capacity: frames kept; default :func:`ring_frames` plus a small margin.
         critic_obs_shape: also store a privileged observation of ``obs`` and of ``next_obs``
             for the critics (``critic_obs``, ``next_critic_obs``, float32, per transition).
         n_step: steps per sampled transition (see :meth:`gather_n_step`); 1 = one-step TD.
@@ -355,7 +361,7 @@ class FrameStackReplay(_Replay):
         self.frame_shape = (self.c, *obs_shape[1:])
         # transitions added since a transition's oldest frame was written: at most this many frames
         self.margin = (self.k + 1) * self.k * self.num_streams
-        self.frame_capacity = int(frame_capacity or self.capacity + self.capacity // 8 + 2 * self.margin + self.k + 1)
+        self.frame_capacity = int(frame_capacity or ring_frames(self.capacity) + 2 * self.margin + self.k + 1)
         if self.frame_capacity <= self.margin + 2 * (self.k + 1) * self.num_streams:
             raise ValueError(f"frame_capacity {self.frame_capacity} is too small for {self.num_streams} env(s)")
         self.frames = torch.zeros((self.frame_capacity, *self.frame_shape), dtype=torch.uint8, device=self.device)
