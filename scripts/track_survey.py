@@ -411,7 +411,7 @@ def read_eval_env(config: str, overrides: dict[str, Any] | None = None) -> tuple
     name of a bundled config), with ``overrides`` of its ``env_kwargs``."""
     import yaml
 
-    from td3_lightning.cli import resolve_config_args
+    from td3_lightning.user_input import resolve_config_args
     from td3_lightning.data import ReplayDataModule
     from td3_lightning.errors import UserInputError
     from td3_lightning.registration import ENTRY_POINTS

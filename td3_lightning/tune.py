@@ -200,7 +200,7 @@ def _build_cli(args: list[str], callbacks: list[L.Callback] | None = None, insta
     try:
         return cli_class(TD3, ReplayDataModule, args=args, run=False, **kwargs)
     except argparse.ArgumentError as err:
-        from td3_lightning.cli import one_line_parse_error
+        from td3_lightning.user_input import one_line_parse_error
 
         raise UserInputError(one_line_parse_error(str(err))) from None
 
@@ -255,7 +255,8 @@ def _fit_options(cli: Any) -> list[str]:
 def check_space(cli: Any, base: list[str], space: dict[str, dict[str, Any]]) -> None:
     """Every name of ``space`` a fit option, every bound and choice a value of its type and inside its range (the
     checks fit runs on its options, :func:`td3_lightning.cli.check_options`): before any trial runs."""
-    from td3_lightning.cli import check_options, one_line_parse_error
+    from td3_lightning.cli import check_options
+    from td3_lightning.user_input import one_line_parse_error
 
     options = _fit_options(cli)
     for name, entry in space.items():
@@ -542,7 +543,7 @@ def _check_best_config(path: str, config: str) -> None:
         problem = "is a file, not a folder" if target.parent.exists() else "does not exist"
         raise UserInputError(f"--best_config {path}: the folder {target.parent} {problem}; --best_config must be a "
                              "file in an existing folder (create the folder first)")
-    from td3_lightning.cli import CONFIG_DIR
+    from td3_lightning.user_input import CONFIG_DIR
 
     if (CONFIG_DIR / target.name).is_file() and target.resolve().parent == Path.cwd().resolve():
         raise UserInputError(f"--best_config {path} has the name of a bundled config: here `--config {target.name}` "
@@ -579,7 +580,7 @@ def tune(argv: list[str]) -> None:
     if not space:
         raise UserInputError("the fit options on the command line fix every parameter of the space: nothing to search")
 
-    from td3_lightning.cli import resolve_config_args
+    from td3_lightning.user_input import resolve_config_args
 
     base = resolve_config_args(["--config", ns.config, *overrides])  # a bundled config's name, as fit takes it
     parse_only = _build_cli(base, instantiate=False, seed=False)  # the config and the fit options, checked

@@ -31,7 +31,8 @@ from conftest import tiny_checkpoint
 
 from td3_lightning import _lightning
 from td3_lightning.__main__ import main
-from td3_lightning.cli import CONFIG_DIR, parser_only_cli
+from td3_lightning.cli import parser_only_cli
+from td3_lightning.user_input import CONFIG_DIR
 
 #: List options: the range each item must be in (their help names it in words, not as a bound).
 RANGE_NOT_IN_HELP = {

@@ -22,7 +22,8 @@ from lightning.pytorch.core.optimizer import LightningOptimizer
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
 from td3_lightning.captured import CPU_MESSAGE, CapturedUpdate, check_capture_options
-from td3_lightning.cli import CONFIG_DIR, main
+from td3_lightning.cli import main
+from td3_lightning.user_input import CONFIG_DIR
 from td3_lightning.errors import UserInputError
 from td3_lightning.schedules import Schedules
 

@@ -15,7 +15,8 @@ import torch
 import yaml
 from conftest import tiny_checkpoint
 
-from td3_lightning.cli import CONFIG_DIR, main
+from td3_lightning.cli import main
+from td3_lightning.user_input import CONFIG_DIR
 
 TINY = [
     "--trainer.max_steps", "300", "--trainer.val_check_interval", "150", "--data.warmup_steps", "200",

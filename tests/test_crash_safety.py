@@ -20,7 +20,8 @@ from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO
 import td3_lightning.checkpointing as checkpointing
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
 from td3_lightning.checkpointing import AtomicCheckpointIO, with_atomic_checkpoint_io
-from td3_lightning.cli import CONFIG_DIR, TD3CLI, TRAINER_DEFAULTS, main
+from td3_lightning.cli import TD3CLI, TRAINER_DEFAULTS, main
+from td3_lightning.user_input import CONFIG_DIR
 from td3_lightning.module import NonFiniteError
 
 ENV = "td3test/ConstantReward-v0"
