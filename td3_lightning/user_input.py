@@ -102,7 +102,8 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
                     number = math.nan
                 if math.isfinite(number) and number == int(number):
                     whole = f" (a float: write the whole number as {int(number)})"
-            return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{whole}{split}"
+            boolean = " (write true or false)" if expected == "a bool" else ""
+            return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{whole}{split}{boolean}"
         return f"invalid value for {key}: " + _clean_type(" ".join(detail))
     return _clean_type(" ".join(lines))
 

@@ -387,6 +387,8 @@ VAL_CHECK = ('error: trainer.val_check_interval must be a number of training ste
                                       "are not images (shape (3,)); leave it unset"),
         (["--trainer.max_steps", "1e3"], "error: invalid value for trainer.max_steps: expected an int, got '1000.0' "
                                          "(a float: write the whole number as 1000)"),
+        (["--model.layer_norm", "1"], "error: invalid value for model.layer_norm: expected a bool, got '1' (write true "
+                                      "or false)"),
         # what the episodes need, checked once the Trainer knows its processes (before: once per rank, after the
         # run folder was made, and the render problem only at the first validation)
         (["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
