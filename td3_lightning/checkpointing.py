@@ -35,7 +35,7 @@ import os
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
 
@@ -239,6 +239,16 @@ def check_checkpoint_meta(checkpoint: Any, name: str = "the checkpoint") -> dict
             f"{name} has format version {meta.get('format_version')}; this td3_lightning reads version {FORMAT_VERSION}"
         )
     return meta
+
+
+def options_as_trained(recorded: Mapping[str, Any] | None, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of one group (``model``, ``data``) that a checkpoint was trained with: those it records, and for
+    each of ``defaults`` that it predates (written before the option existed) the default, which reproduces what ran
+    before the option existed (true of every option so far: add one whose default changes training as a new
+    :data:`FORMAT_VERSION` instead). ``recorded`` None (the group is not recorded at all): {}, nothing known."""
+    if recorded is None:
+        return {}
+    return {**defaults, **recorded}
 
 
 def inspect_checkpoint(path: str) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from td3_lightning.checkpointing import (
     ModelCheckpoint,
     check_checkpoint,
     find_run_checkpoint,
+    options_as_trained,
     selected_checkpoint,
     with_atomic_checkpoint_io,
 )
@@ -276,7 +277,7 @@ class TD3CLI(LightningCLIHooks):
         parser.add_lightning_class_args(LearningCurve, "learning_curve")
         parser.add_lightning_class_args(CheckpointSelection, "selection")  # last: after every hook of the others
         parser.set_defaults(CHECKPOINT_DEFAULTS)
-        for name in ("obs_shape", "critic_obs_shape", "action_low", "action_high"):
+        for name in LINKED_FROM_DATA:
             parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
 
     # ------------------------------------------------------------- parsing
@@ -360,6 +361,8 @@ class TD3CLI(LightningCLIHooks):
             raise UserInputError(
                 f"checkpoint {ckpt}: its model hyperparameters do not fit TD3 ({one_line_parse_error(str(err))})"
             ) from None
+        if self._ckpt_facts is not None:  # options the checkpoint predates: the defaults it was trained with
+            self._set_predated_model_options(self.config[subcommand]["model"], self._ckpt_facts["model"])
         if given:
             self._refuse_replaced_options(subcommand, ckpt, given)
         if mode is not None:
@@ -395,6 +398,16 @@ class TD3CLI(LightningCLIHooks):
             shipped = package_file(teacher)
             if shipped is None or not os.path.samefile(shipped, teacher):
                 model["teacher"] = os.path.abspath(teacher)
+
+    @staticmethod
+    def _set_predated_model_options(model: Any, recorded: dict[str, Any]) -> None:
+        """Model options that a checkpoint does not record (it predates them) are set to what it was trained with:
+        Lightning reads only what it records over the configured values. Not the env's facts (linked from the data
+        options) nor what a resume may change."""
+        trained = options_as_trained(recorded, {key: value for key, value in signature_defaults(TD3).items()
+                                                if key not in RESUME_MAY_CHANGE and key not in LINKED_FROM_DATA})
+        for key in trained.keys() - recorded.keys():
+            model[key] = trained[key]
 
     def _refuse_replaced_options(self, subcommand: str, ckpt: str, given: dict[str, Any]) -> None:
         """Model options given on the command line that the checkpoint's own replace: refused by fit (the resumed run
@@ -761,6 +774,9 @@ def _mapping_keys(value: str) -> list[str]:
         return []
     return [str(k) for k in loaded] if isinstance(loaded, dict) else []
 
+
+#: the env's facts that the datamodule gives the model
+LINKED_FROM_DATA = ("obs_shape", "critic_obs_shape", "action_low", "action_high")
 
 #: model options a resumed run takes from the command line over its checkpoint's: how the update is computed, when
 #: the networks start over (both handled in read_checkpoint_hparams) and a process-wide CPU flag

@@ -28,7 +28,8 @@ from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env, training_aids_set
 from td3_lightning.errors import UserInputError
 from td3_lightning.evaluation import EpisodeStream, Policy, numpy_policy
-from td3_lightning.idle_options import idle_data_option
+from td3_lightning.checkpointing import options_as_trained
+from td3_lightning.idle_options import idle_data_option, signature_defaults
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer, ring_frames
 from td3_lightning.samplers import LAPSampler
 from td3_lightning.video import log_tensorboard_video, write_video
@@ -89,7 +90,8 @@ TRAINING_OPTIONS = ("batch_size", "warmup_steps", "utd_ratio", "n_step", "sample
 def changed_training_options(saved: dict[str, Any] | None, datamodule: Any, path: str) -> str | None:
     """What a resume of the checkpoint at ``path`` (its data options ``saved``) changes of how it trains, as a
     warning line (None: nothing). Replay priorities read with another exponent, or dropped, are refused."""
-    saved = saved or {}  # a checkpoint from before they were recorded: nothing to compare
+    defaults = signature_defaults(ReplayDataModule)  # for options the checkpoint predates
+    saved = options_as_trained(saved, {name: defaults[name] for name in TRAINING_OPTIONS})  # not recorded: {}
     ours = {name: getattr(datamodule, name) for name in TRAINING_OPTIONS}
     changed = {name: value for name, value in saved.items() if name in ours and ours[name] != value
                and not (idle_data_option(name, saved) and idle_data_option(name, ours))}  # idle in both: no matter

@@ -674,3 +674,87 @@ def test_a_missing_last_ckpt_file_is_told_of_ckpt_path_last(tmp_path):
         check_checkpoint_file(tmp_path / "run.ckpt")
     assert str(info.value) == (f"checkpoint file not found: {tmp_path / 'run.ckpt'}; pass an existing .ckpt file to "
                                "--ckpt_path")
+
+
+def _without(ckpt: Path, out: Path, group: str, key: str) -> Path:
+    """A copy of ``ckpt`` as a version before option ``key`` existed would write it: the key is not recorded."""
+    loaded = torch.load(ckpt, map_location="cpu", weights_only=False)
+    recorded = loaded["hyper_parameters"] if group == "model" else loaded["ReplayDataModule"]["options"]
+    del recorded[key]
+    torch.save(loaded, out)
+    return out
+
+
+def _another_value(name: str, default):
+    """A valid value of model option ``name`` other than its default."""
+    special = {"actor_q": "mean", "encoder": "none", "exploration_noise_final": 0.05, "schedule_steps": 10,
+               "teacher": "td3_lightning/checkpoints/car_taught.ckpt", "hidden_dims": [8]}
+    if name in special:
+        return special[name]
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, (int, float)):
+        return default + 1 if isinstance(default, int) else round(default / 2 + 0.01, 6)
+    raise AssertionError(f"add a value other than the default {default!r} of the new option model.{name} here")
+
+
+def test_a_resume_reads_every_model_option_its_checkpoint_predates_as_the_default(real_ckpt, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """A checkpoint written before an option existed trained with its default: a resume that sets the option to
+    another value is refused like any other changed model option, for every option the module has."""
+    from td3_lightning.cli import LINKED_FROM_DATA, RESUME_MAY_CHANGE
+    from td3_lightning.idle_options import signature_defaults
+    from td3_lightning.module import TD3
+    from td3_lightning.user_input import shown
+
+    monkeypatch.chdir(tmp_path)
+    options = {k: v for k, v in signature_defaults(TD3).items() if k not in RESUME_MAY_CHANGE + LINKED_FROM_DATA}
+    assert len(options) >= 30 and {"actor_q", "value_clipping", "embedding_dim", "policy_checkpoints"} <= set(options)
+    resume = [a for a in RUN if a not in ("--model.hidden_dims", "[16, 16]")] + ["--trainer.max_steps", "90"]
+    for key, default in options.items():
+        old = _without(real_ckpt, tmp_path / f"without_{key}.ckpt", "model", key)
+        other = _another_value(key, default)
+        value = other if isinstance(other, str) else yaml.safe_dump(other, default_flow_style=True).strip()
+        assert _error_line(["fit", *resume, "--ckpt_path", str(old), f"--model.{key}", value], capsys) == (
+            f"error: a resumed run keeps the model options of its checkpoint ({old}): --model.{key} {shown(other)} "
+            f"(the checkpoint's: {shown(default)}); drop it, or train a new run (without --ckpt_path)"), key
+    assert not (tmp_path / "lightning_logs").exists()  # nothing written
+
+
+def test_a_checkpoint_without_an_option_resumes_with_its_default(real_ckpt, tmp_path, monkeypatch, capsys):
+    """Without the option (or with it in a config file, which a checkpoint's options replace) the resumed run trains
+    with the default that the checkpoint was trained with, and its new checkpoint records it."""
+    monkeypatch.chdir(tmp_path)
+    old = _without(real_ckpt, tmp_path / "without_actor_q.ckpt", "model", "actor_q")
+    (tmp_path / "mean.yaml").write_text("model:\n  actor_q: mean\n")
+    main(["fit", *RUN, "--config", "mean.yaml", "--trainer.max_steps", "90", "--ckpt_path", str(old)])
+    resumed = torch.load(tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt", weights_only=False)
+    assert resumed["global_step"] == 90 and resumed["hyper_parameters"]["actor_q"] == "first"
+    assert yaml.safe_load((tmp_path / "lightning_logs/version_0/config.yaml").read_text())["model"]["actor_q"] == \
+        "first"
+
+
+def test_a_resume_warns_of_a_data_option_its_checkpoint_predates(real_ckpt, tmp_path, monkeypatch, capsys):
+    """A data option that the checkpoint does not record is read as its default: another value is told."""
+    from td3_lightning.data import TRAINING_OPTIONS, changed_training_options
+
+    monkeypatch.chdir(tmp_path)
+    old = _without(real_ckpt, tmp_path / "without_warmup_steps.ckpt", "data", "warmup_steps")
+    with pytest.warns(UserWarning) as caught:  # RUN's warm-up, 100: not the default's 10000
+        main(["fit", *RUN, "--trainer.max_steps", "90", "--ckpt_path", str(old)])
+    assert [str(w.message) for w in caught if "other data options" in str(w.message)] == [
+        f"checkpoint {old} was trained with other data options than this fit's: data.warmup_steps 100 (the "
+        "checkpoint's: 10000); add --data.warmup_steps 10000 to go on as it was trained"]
+    ours = types.SimpleNamespace(batch_size=32, warmup_steps=5, utd_ratio=2.0, n_step=3, sampler="lap",
+                                 priority_alpha=0.4)
+    defaults = {"batch_size": 256, "warmup_steps": 10000, "utd_ratio": 1.0, "n_step": 1, "sampler": "uniform"}
+    assert set(defaults) | {"priority_alpha"} == set(TRAINING_OPTIONS)
+    for key, default in defaults.items():  # each recorded as ours but this one: told with its default
+        recorded = {k: v for k, v in vars(ours).items() if k != key}
+        assert changed_training_options(recorded, ours, "x.ckpt") == (
+            f"checkpoint x.ckpt was trained with other data options than this fit's: data.{key} {getattr(ours, key)} "
+            f"(the checkpoint's: {default}); add --data.{key} {default} to go on as it was trained"), key
+    lap = {**vars(ours), "priority_alpha": 0.5}  # LAP's priorities with the default exponent 0.4: refused
+    with pytest.raises(UserInputError, match=r"holds LAP priorities \(data.sampler lap, data.priority_alpha 0.4\)"):
+        changed_training_options({k: v for k, v in vars(ours).items() if k != "priority_alpha"},
+                                 types.SimpleNamespace(**lap), "x.ckpt")
