@@ -61,7 +61,8 @@ class LightningCLIHooks(LightningCLI):
     """``LightningCLI`` whose private steps call methods with public names, for subclasses to
     override: ``_parse_ckpt_path`` (the checkpoint's hyperparameters into the config) calls
     :meth:`read_checkpoint_hparams`, ``_set_seed`` calls :meth:`set_seed`, and
-    ``_instantiate_trainer`` passes its callbacks through :meth:`trainer_callbacks`."""
+    ``_instantiate_trainer`` passes its callbacks through :meth:`trainer_callbacks`, and ``_run_subcommand`` calls
+    :meth:`run_subcommand`."""
 
     def read_checkpoint_hparams(self, read: Any) -> None:
         """Runs before anything is instantiated; ``read()`` is LightningCLI's own step."""
@@ -74,6 +75,13 @@ class LightningCLIHooks(LightningCLI):
     def trainer_callbacks(self, config: dict[str, Any], callbacks: list[Any]) -> list[Any]:
         """The callbacks the Trainer is built with (``config``: the Trainer's arguments)."""
         return callbacks
+
+    def run_subcommand(self, subcommand: str, run: Any) -> None:
+        """``run(subcommand)`` is LightningCLI's step that calls the Trainer's method (fit, validate, test)."""
+        run(subcommand)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        self.run_subcommand(subcommand, super()._run_subcommand)
 
     def _parse_ckpt_path(self) -> None:
         self.read_checkpoint_hparams(super()._parse_ckpt_path)

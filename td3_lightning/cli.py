@@ -58,6 +58,7 @@ from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
+from td3_lightning.stops import StopNotice, stop_of
 from td3_lightning.trainer_options import (
     SEED_RANGE,
     check_seed,
@@ -260,6 +261,7 @@ class TD3CLI(LightningCLIHooks):
     _notes: tuple[str, ...] = ()  # said once the input has passed every check
     _given_model_options: tuple[str, ...] = ()  # the --model.* options on the command line
     _recheck = False  # the options failed a check that the checkpoint's model options may pass
+    _argv: list[str] = []  # the command line parsed (for the command that goes on after a stop)
     _ckpt_on_command_line = False  # --ckpt_path given on the command line (not only in a --config file)
     _checkpoint_line: str = ""  # which file --ckpt_path last|best chose
     _warnings: tuple[str, ...] = ()  # warned of once the input has passed every check
@@ -285,7 +287,7 @@ class TD3CLI(LightningCLIHooks):
         """Parse, then check every option that needs no env (:func:`check_options`): before a checkpoint's
         hyperparameters replace the model's options, before anything is built or written. With ``--print_config``
         the options are checked the same way first (what needs the env or the checkpoint is checked later)."""
-        argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
+        argv = self._argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
         printing = [a for a in argv if a == "--print_config" or a.startswith("--print_config=")]
         if printing:  # jsonargparse prints and exits while parsing, before any check
             self.parse_arguments(parser, [a for a in argv if a not in printing])
@@ -605,10 +607,22 @@ class TD3CLI(LightningCLIHooks):
         if config.get("enable_progress_bar") is False:
             callbacks = [c for c in callbacks if not isinstance(c, RLProgressBar)]
         given = [*(config.get("callbacks") or []), *callbacks]
-        for default in (EnvLoop, HpMetric):  # the env loop feeds the replay; hp_metric for TensorBoard
+        for default in (EnvLoop, HpMetric, StopNotice):  # the env loop feeds the replay; hp_metric for TensorBoard  # the env loop feeds the replay; hp_metric for TensorBoard
             if not any(isinstance(c, default) for c in given):
                 callbacks = [*callbacks, default()]
         return callbacks
+
+    def run_subcommand(self, subcommand: str, run: Any) -> None:
+        """A fit stopped by Ctrl-C or SIGTERM (Lightning exits 1 or 0) ends with one line saying where it stands and
+        how to go on, and the signal's exit status (130, 143); a SLURM job's SIGTERM is left to Lightning (requeue)."""
+        try:
+            run(subcommand)
+        except (SystemExit, KeyboardInterrupt):
+            stop = stop_of(self.trainer.callbacks) if getattr(self, "trainer", None) is not None else None
+            if stop is None or (stop.signal == "SIGTERM" and SLURMEnvironment.detect()):
+                raise
+            print(stop.line(self._argv), file=sys.stderr)
+            sys.exit(stop.exit_code)
 
 
 #: option group -> the check of its options (their arguments by name), run on the parsed config

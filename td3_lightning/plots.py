@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from td3_lightning.checkpointing import atomic_path
 from td3_lightning.errors import UserInputError
@@ -71,7 +72,14 @@ class LearningCurve(L.Callback):
             self.val.append((trainer.global_step, float(value)))
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        log_dir = trainer.log_dir  # a collective under DDP: every rank asks
+        self._draw(trainer, trainer.log_dir)  # a collective under DDP: every rank asks
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        """A fit stopped by Ctrl-C or SIGTERM draws the curve so far (no collective: the ranks may be gone)."""
+        if trainer.state.fn == "fit" and isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
+            self._draw(trainer, trainer.loggers[0].log_dir if trainer.loggers else trainer.default_root_dir)
+
+    def _draw(self, trainer: L.Trainer, log_dir: str | None) -> None:
         if self.filename and trainer.global_rank == 0 and log_dir is not None and (self.train or self.val):
             path = draw_learning_curve(self.train, self.val, Path(log_dir) / self.filename, self.smooth)
             print(f"learning curve written to {path}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import random
 import signal
 import subprocess
@@ -336,3 +338,40 @@ def test_resume_without_saved_replay_refills_with_the_warmup(tmp_path):
     assert trainer2.global_step == 60
     assert len(dm2.buffer) == 30 + 20  # the refill, then one transition per training step
     assert loop.env_steps == 70 + 30 + 20  # env steps keep counting, the refill included
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stopped_fit_says_where_it_stands_and_the_command_that_goes_on(sig, code, tmp_path, cli_env):
+    """Ctrl-C (SIGINT) or a scheduler's SIGTERM mid-run: the learning curve is written, one line names the step
+    reached, last.ckpt and its step and the command that goes on; the exit status is the signal's (never 0)."""
+    args = ["fit", "--config", "pendulum.yaml", "--trainer.val_check_interval", "100", "--data.warmup_steps", "100",
+            "--model.hidden_dims", "[16]", "--data.eval_episodes", "1", "--progress_bar.log_seconds", "0"]
+    proc = subprocess.Popen([sys.executable, "-m", "td3_lightning", *args], cwd=tmp_path, env=cli_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
+    deadline = time.monotonic() + 120
+    while not last.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    line = err.strip().splitlines()[-1]
+    step, last_step = torch.load(last, weights_only=False)["global_step"], None
+    found = re.fullmatch(rf"stopped by {sig.name} at training step (\d+) of 15000; {last} is at step (\d+); go on "
+                         r"with: python -m td3_lightning (.*)", line)
+    assert proc.returncode == code and found, (proc.returncode, err[-2000:])
+    reached, last_step = int(found.group(1)), int(found.group(2))
+    assert last_step == step and 100 <= step <= reached < 15000 and step % 100 == 0
+    assert (tmp_path / "lightning_logs/version_0/learning_curve.png").stat().st_size > 1000
+    go_on = shlex.split(found.group(3))
+    assert go_on[-2:] == ["--ckpt_path", str(last)] and go_on[:-2] == [
+        *args[:2], str(CONFIG_DIR / "pendulum.yaml"), *args[3:]]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:  # the command goes on from last.ckpt
+        main([*go_on[:-2], "--trainer.max_steps", str(step + 50), *go_on[-2:]])
+    finally:
+        os.chdir(cwd)
+    assert torch.load(tmp_path / "lightning_logs/version_1/checkpoints/last.ckpt",
+                      weights_only=False)["global_step"] == step + 50

@@ -94,8 +94,9 @@ def test_lightning_cli_private_steps_reach_the_public_hooks():
 
     from td3_lightning.cli import TD3CLI
 
-    for name in ("_parse_ckpt_path", "_set_seed", "_instantiate_trainer"):
+    for name in ("_parse_ckpt_path", "_set_seed", "_instantiate_trainer", "_run_subcommand"):
         assert callable(getattr(LightningCLI, name, None)), name
+    assert "self._run_subcommand(self.subcommand)" in inspect.getsource(LightningCLI.__init__)  # run_subcommand's
     assert "self._subcommand_parsers" in inspect.getsource(LightningCLI._add_subcommands)
     calls: list[str] = []
 

@@ -1,0 +1,95 @@
+"""A fit stopped by Ctrl-C (SIGINT) or SIGTERM: one line saying where it stands and the command that goes on.
+
+Lightning ends such a fit with exit status 1 (SIGINT) or 0 (SIGTERM, which a script reads as success).
+:class:`StopNotice` notes the stop while Lightning shuts down; the command line then prints
+:meth:`Stop.line` and exits with the shell's status for the signal (128 + its number: 130, 143).
+"""
+
+from __future__ import annotations
+
+import shlex
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+#: the exit status of a fit stopped by each signal (the shell's 128 + the signal's number)
+EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A stopped fit: the signal, the training step reached, and the checkpoint to go on from (None: none yet)."""
+
+    signal: str
+    step: int
+    max_steps: int
+    last: Path | None
+    last_step: int | None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.signal]
+
+    def line(self, argv: list[str]) -> str:
+        """What the user reads: the step reached, the checkpoint and its step, and the command that goes on
+        (``argv``: the fit's command line, without the program)."""
+        of = f" of {self.max_steps}" if self.max_steps > 0 else ""
+        stopped = f"stopped by {self.signal} at training step {self.step}{of}"
+        if self.last is None:
+            return f"{stopped}; no checkpoint was written yet: run the same command again to start over"
+        return (f"{stopped}; {self.last} is at step {self.last_step}; go on with: "
+                f"{shlex.join(['python', '-m', 'td3_lightning', *_with_ckpt_path(argv, str(self.last))])}")
+
+
+def _with_ckpt_path(argv: list[str], path: str) -> list[str]:
+    """``argv`` with ``--ckpt_path path`` in place of any ``--ckpt_path`` it has."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path":
+            skip = True
+        elif not arg.startswith("--ckpt_path="):
+            kept.append(arg)
+    return [*kept, "--ckpt_path", path]
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The training step a checkpoint was written at (read memory-mapped), or None if it cannot be read."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+    except Exception:  # noqa: BLE001 - a file being replaced, or not a checkpoint: said as unknown
+        return None
+
+
+class StopNotice(L.Callback):
+    """Notes a fit stopped by SIGINT (Ctrl-C) or SIGTERM in :attr:`stop`: the step reached and the newest
+    ``last.ckpt`` of the run (or the checkpoint it resumed from, until it writes its own)."""
+
+    def __init__(self) -> None:
+        self.stop: Stop | None = None
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        name = ("SIGINT" if isinstance(exception, KeyboardInterrupt)
+                else "SIGTERM" if isinstance(exception, SIGTERMException) else None)
+        if name is None or trainer.state.fn != "fit":
+            return
+        last = next((Path(c.dirpath) / f"{c.CHECKPOINT_NAME_LAST}{c.FILE_EXTENSION}" for c in trainer.callbacks
+                     if isinstance(c, ModelCheckpoint) and c.dirpath and c.save_last), None)
+        if last is None or not last.is_file():
+            last = Path(trainer.ckpt_path) if trainer.ckpt_path and Path(trainer.ckpt_path).is_file() else None
+        self.stop = Stop(name, trainer.global_step, trainer.max_steps, last,
+                         checkpoint_step(last) if last is not None else None)
+
+
+def stop_of(callbacks: list[Any]) -> Stop | None:
+    """The stop that a :class:`StopNotice` among ``callbacks`` noted, if any."""
+    return next((c.stop for c in callbacks if isinstance(c, StopNotice) and c.stop is not None), None)
