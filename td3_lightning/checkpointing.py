@@ -29,9 +29,11 @@ written at that step), so that a resumed run loses at most one evaluation interv
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import shutil
 import tempfile
 import warnings
 import zipfile
@@ -46,6 +48,7 @@ from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchC
 
 from td3_lightning import _lightning
 from td3_lightning.errors import CKPT_PATH_TAKES, UserInputError, check_checkpoint_file
+from td3_lightning.resources import gigabytes
 
 _PATH = Union[str, "os.PathLike[str]"]
 
@@ -116,11 +119,31 @@ def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
         yield Path(tmp)
         _fsync_file(tmp)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if _disk_full(err):
+            raise DiskFullError(
+                f"no space left on the device while writing {target} ({gigabytes(shutil.disk_usage(folder).free)} "
+                f"free in {folder}); what was there before is kept: free some space (or lower data.buffer_size, or "
+                "set data.save_replay false) and go on with --ckpt_path last") from None
         raise
     _fsync_dir(folder)
+
+
+class DiskFullError(UserInputError):
+    """The disk filled while a file was written atomically (the previous file is kept)."""
+
+
+def _disk_full(err: BaseException | None) -> bool:
+    """Whether ``err`` or an exception it was raised from is the disk (or a quota) running full."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def atomic_torch_save(obj: Any, path: _PATH) -> None:

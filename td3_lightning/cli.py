@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch import __version__ as lightning_version
@@ -34,7 +35,7 @@ from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
 from td3_lightning.callbacks import TEST_RESULTS, RLProgressBar, TestReport, check_progress_bar_options
 from td3_lightning.captured import check_capture_options
-from td3_lightning.distributed import requested_processes
+from td3_lightning.distributed import requested_processes, wants_cuda
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
@@ -58,6 +59,7 @@ from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
+from td3_lightning.resources import available_memory, check_replay_memory, warn_if_disk_short
 from td3_lightning.stops import StopNotice, stop_of
 from td3_lightning.trainer_options import (
     SEED_RANGE,
@@ -478,6 +480,24 @@ class TD3CLI(LightningCLIHooks):
                 self._warnings += (f"checkpoint {path} was trained on {env_id} with other data.env_kwargs than this "
                                    f"{self.subcommand}'s: add {' '.join(overrides)} {purpose}",)
 
+    def _check_replay_resources(self) -> None:
+        """The replay buffer fits in the memory of its device (refused otherwise), and the disk the checkpoints that
+        hold it (``last.ckpt`` and its atomic replacement) will need (warned of)."""
+        dm, trainer = self.datamodule, cli_config_value(self, self.config, "trainer", default={}) or {}
+        needed = dm.replay_bytes()
+        on_gpu = dm.buffer_device.startswith("cuda") or (dm.buffer_device == "auto" and wants_cuda(trainer))
+        if on_gpu and torch.cuda.is_available():
+            check_replay_memory(needed, dm.buffer_size, torch.cuda.mem_get_info()[0], "GPU memory")
+        elif not on_gpu:
+            check_replay_memory(needed * requested_processes(trainer), dm.buffer_size, available_memory())
+        max_steps = trainer.get("max_steps") or -1
+        filled = dm.buffer_size if max_steps < 0 else min(dm.buffer_size, dm.warmup_steps + max_steps * dm.num_envs)
+        if dm.save_replay:
+            folder = (cli_config_value(self, self.config, "checkpoint", default={}) or {}).get("dirpath") \
+                or trainer.get("default_root_dir") or os.getcwd()
+            warn_if_disk_short(folder, 2 * needed * filled // dm.buffer_size,
+                               f"last.ckpt holds {filled} transitions of the replay buffer")
+
     def _check_privileged_critic(self, ours: bool) -> None:
         """The checkpoint's critics read what this run's would (``ours``: a privileged state)."""
         facts = self._ckpt_facts or {}
@@ -492,9 +512,9 @@ class TD3CLI(LightningCLIHooks):
     def before_instantiate_classes(self) -> None:
         """What ``model.compile_mode cudagraphs`` and ``model.policy_checkpoints`` need, checked for ``fit`` (and
         tune's trials) before any env is made or anything is written."""
+        trainer = cli_config_value(self, self.config, "trainer", default={}) or {}
         if self.subcommand in ("fit", None):  # None: tune's trials (run=False)
-            model, data, trainer = (cli_config_value(self, self.config, group, default={}) or {}
-                                    for group in ("model", "data", "trainer"))
+            model, data = (cli_config_value(self, self.config, group, default={}) or {} for group in ("model", "data"))
             check_capture_options(model, data, trainer)
             check_policy_checkpoint_options(model, data, requested_processes(trainer),
                                             resumed=bool(self._ckpt_facts))
@@ -557,6 +577,8 @@ class TD3CLI(LightningCLIHooks):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
         self._check_against_env()  # model and datamodule exist now; nothing is written yet
+        if self.subcommand in ("fit", None):
+            self._check_replay_resources()
         if self.subcommand in ("fit", None) and self.model.hparams.get("teacher"):  # read when fitting starts
             check_teacher(self.model.hparams.teacher, self.model.hparams)
         if self.subcommand in ("fit", None) and self._ckpt_facts is None:  # a new run: no option that does nothing

@@ -30,7 +30,7 @@ from td3_lightning.errors import UserInputError
 from td3_lightning.evaluation import EpisodeStream, Policy, numpy_policy
 from td3_lightning.checkpointing import options_as_trained
 from td3_lightning.idle_options import idle_data_option, signature_defaults
-from td3_lightning.replay import FrameStackReplay, ReplayBuffer, ring_frames
+from td3_lightning.replay import FrameStackReplay, ReplayBuffer, ring_frames, tensor_bytes
 from td3_lightning.samplers import LAPSampler
 from td3_lightning.video import log_tensorboard_video, write_video
 
@@ -370,6 +370,10 @@ class ReplayDataModule(L.LightningDataModule):
         if self.sampler == "lap":
             buffer.sampler = LAPSampler(self.buffer_size, self.priority_alpha, device)
         return buffer
+
+    def replay_bytes(self) -> int:
+        """The memory a fit's replay buffer takes (counted on the meta device: nothing is allocated)."""
+        return tensor_bytes(self._make_buffer(torch.device("meta")))
 
     def _device(self) -> torch.device:
         trainer = self.trainer

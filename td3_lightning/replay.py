@@ -290,6 +290,13 @@ class ReplayBuffer(_Replay):
             self.sampler.added(torch.arange(n))
 
 
+def tensor_bytes(replay: Any) -> int:
+    """The bytes of the tensors that ``replay`` and its sampler hold; built on the meta device, what it would take."""
+    owners = [replay] + ([replay.sampler] if getattr(replay, "sampler", None) is not None else [])
+    return sum(t.numel() * t.element_size() for owner in owners for t in vars(owner).values()
+               if isinstance(t, torch.Tensor))
+
+
 def ring_frames(capacity: int) -> int:
     """Frames a :class:`FrameStackReplay` ring keeps for ``capacity`` transitions, margins aside: one per
     transition and an eighth more for the whole stacks that resets write."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,12 @@ def check_folder_option(option: str, path: Any) -> None:
                 raise UserInputError(f"{option} {path} {where}; it must be a folder (an existing one or one to create)")
             break
         missing = folder
+    if missing is None:  # it exists: can files be made in it? (a folder made and removed again: nothing is left)
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".td3_write_check_", dir=target))
+        except OSError as err:
+            raise UserInputError(f"{option} {path}: this folder cannot be written ({err.strerror}); give a folder "
+                                 "you can write to") from None
     if missing is not None:  # can it be created? (made and removed again: nothing is left)
         try:
             missing.mkdir()
@@ -186,6 +194,11 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
         raise UserInputError(f"trainer.gradient_clip_val must be null: TD3 steps its optimizers itself (manual "
                              f"optimization), so Lightning cannot clip its gradients; got {clip}")
     check_folder_option("trainer.default_root_dir", trainer.get("default_root_dir"))
+    loggers = trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:  # a logger given as class_path/init_args
+        init_args = logger.get("init_args") if isinstance(logger, Mapping) else None
+        if isinstance(init_args, Mapping) and init_args.get("save_dir"):
+            check_folder_option("trainer.logger.init_args.save_dir", init_args["save_dir"])
     every = checkpoint.get("every_n_train_steps")
     if every is not None and every < 0:
         raise UserInputError(

@@ -75,7 +75,9 @@ TRAINER_CASES = {
     "seed_everything": ["-1", "4294967296", "abc"],
 }
 #: Values only fit refuses: what only training builds (validate and test make no replay buffer).
-FIT_ONLY_CASES = {"data.buffer_device": ["cuda:99"], "model.teacher": ["missing.ckpt"]}
+FIT_ONLY_CASES = {"data.buffer_device": ["cuda:99"], "model.teacher": ["missing.ckpt"],
+                  "data.buffer_size": ["1000000000000"],  # more memory than the machine has
+                  "trainer.logger": ["{class_path: TensorBoardLogger, init_args: {save_dir: /proc}}"]}
 #: Values only validate or test refuses: no episode to play (fit may leave validation out this way).
 STAGE_CASES = {"validate": {"trainer.limit_val_batches": ["0", "0.0"]},
                "test": {"trainer.limit_test_batches": ["0", "0.0"]}}
@@ -102,7 +104,7 @@ PATH_VALUES = {
     "CKPT": ["missing.ckpt", "folder", "notes.txt", "pendulum.yaml", "empty.ckpt", "", "hpc", "file://missing.ckpt"],
     "FILE": ["missing.yaml", "folder", "run.ckpt", "empty.yaml", "bad.yaml", "notes.txt"],
     "OUT": ["nofolder/out.ckpt", "notes.txt/out.ckpt", "folder", "notes.txt", "run.ckpt", ""],
-    "FOLDER": ["notes.txt", "notes.txt/sub", "", "/proc/nope/run"],
+    "FOLDER": ["notes.txt", "notes.txt/sub", "", "/proc/nope/run", "/proc"],  # /proc: exists, cannot be written
     "URL": ["bogus://x", "sqlite:///nofolder/x.db", "sqlite:///notes.txt", ""],
     "NAME": [""],
 }
@@ -341,7 +343,8 @@ def test_the_walk_covers_the_cases_of_the_issue():
                  ("data.eval_episodes", "0"), ("data.num_envs", "0"), ("data.utd_ratio", "0.0"),
                  ("data.steps_per_batch", "0"), ("data.n_step", "0"), ("checkpoint.every_n_train_steps", "-1"),
                  ("trainer.log_every_n_steps", "-1"), ("model.gamma", "2.0"), ("model.actor_lr", "0.0"),
-                 ("data.env_kwargs", "{bogus: 1}"), ("data.train_env_kwargs", "{bogus: 1}")]:
+                 ("data.env_kwargs", "{bogus: 1}"), ("data.train_env_kwargs", "{bogus: 1}"),
+                 ("data.buffer_size", "1000000000000"), ("trainer.default_root_dir", "/proc")]:
         assert ("fit", *case) in CASES, case
     for case in [("validate", "model.gamma", "2.0"), ("test", "data.test_episodes", "0"),
                  ("test", "ckpt_path", "notes.txt"), ("export", "--out", "run.ckpt"),

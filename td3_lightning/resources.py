@@ -1,0 +1,63 @@
+"""What the machine must give a fit, checked before anything is built: memory for the replay buffer, and disk for
+its checkpoints (the folders it writes: ``trainer_options.check_folder_option``). One line with the figures."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from lightning.pytorch.utilities import rank_zero_warn
+
+from td3_lightning.errors import UserInputError
+
+
+def gigabytes(n: float) -> str:
+    """``n`` bytes as the user reads them: ``3.7 GB``, ``120 MB``."""
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def available_memory() -> int | None:
+    """Bytes of memory that can be allocated without swapping (Linux's MemAvailable), or None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_replay_memory(needed: int, buffer_size: int, available: int | None, where: str = "memory") -> None:
+    """Refuse a replay buffer of ``needed`` bytes (``buffer_size`` transitions) that ``available`` bytes of ``where``
+    cannot hold (None: not known, not checked)."""
+    if available is None or needed <= available:
+        return
+    per = needed / max(buffer_size, 1)
+    fits = int(available * 0.9 / per)  # leave room for the networks and the envs
+    raise UserInputError(
+        f"the replay buffer needs {gigabytes(needed)} (data.buffer_size {buffer_size} x {per:.0f} bytes per "
+        f"transition), more than the {gigabytes(available)} of {where} available; lower data.buffer_size to at "
+        f"most {fits}")
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def warn_if_disk_short(folder: str, needed: int, what: str) -> None:
+    """Warn (with the figures) when the disk holding ``folder`` has less free space than ``needed`` bytes."""
+    base = _nearest_existing(Path(folder).expanduser().absolute())
+    try:
+        free = shutil.disk_usage(base).free
+    except OSError:
+        return
+    if needed > free:
+        rank_zero_warn(f"the run's checkpoints will need about {gigabytes(needed)} ({what}) and {base} has "
+                       f"{gigabytes(free)} free: free space, or lower data.buffer_size, or set data.save_replay false "
+                       "(a resume then refills the buffer)")

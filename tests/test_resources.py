@@ -1,0 +1,96 @@
+"""What the machine refuses: the replay's memory, the disk the checkpoints need, a disk that fills mid-run."""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from collections import namedtuple
+
+import pytest
+import torch
+
+import td3_lightning.checkpointing as checkpointing
+from td3_lightning.checkpointing import DiskFullError, atomic_torch_save
+from td3_lightning.cli import main
+from td3_lightning.data import ReplayDataModule
+from td3_lightning.errors import UserInputError
+from td3_lightning.replay import tensor_bytes
+from td3_lightning.resources import check_replay_memory, gigabytes, warn_if_disk_short
+
+
+@pytest.mark.parametrize("sampler, per_transition", [("uniform", 33), ("lap", 37)])
+def test_the_replay_memory_is_counted_without_allocating_it(sampler, per_transition):
+    """Pendulum: 3 + 3 observation floats, one action and one reward float, one flag (LAP: one priority float)."""
+    dm = ReplayDataModule("Pendulum-v1", buffer_size=1000, warmup_steps=10, sampler=sampler)
+    assert dm.replay_bytes() == 1000 * per_transition
+    dm.spec  # noqa: B018 - probed
+    built = dm._make_buffer(torch.device("cpu"))
+    assert tensor_bytes(built) == dm.replay_bytes()
+    big = ReplayDataModule("Pendulum-v1", buffer_size=10**12, warmup_steps=10, sampler=sampler)
+    assert big.replay_bytes() == 10**12 * per_transition  # on the meta device: nothing allocated
+
+
+def test_a_replay_the_memory_cannot_hold_is_one_line_with_the_size_that_fits():
+    check_replay_memory(33_000, 1000, 33_000)  # fits exactly
+    check_replay_memory(10**15, 10**12, None)  # not known: not checked
+    with pytest.raises(UserInputError) as caught:
+        check_replay_memory(33 * 10**12, 10**12, 16 * 10**9)
+    assert str(caught.value) == (
+        "the replay buffer needs 33000.0 GB (data.buffer_size 1000000000000 x 33 bytes per transition), more than "
+        "the 16.0 GB of memory available; lower data.buffer_size to at most 436363636")
+
+
+def test_a_fit_whose_checkpoints_will_not_fit_on_the_disk_is_warned(tmp_path, monkeypatch):
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 5 * 10**6, 5 * 10**6))
+    with pytest.warns(UserWarning) as caught:
+        warn_if_disk_short(str(tmp_path / "not_yet"), 2 * 10**9, "last.ckpt holds 1000 transitions")
+    assert [str(w.message) for w in caught] == [
+        f"the run's checkpoints will need about 2.0 GB (last.ckpt holds 1000 transitions) and {tmp_path} has 5 MB "
+        "free: free space, or lower data.buffer_size, or set data.save_replay false (a resume then refills the "
+        "buffer)"]
+    assert gigabytes(3.66e9) == "3.7 GB" and gigabytes(120e6) == "120 MB"
+
+
+def _full_disk(*args, **kwargs):
+    raise RuntimeError("unexpected pos 2724544 vs 2724436") from OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_disk_that_fills_during_a_write_keeps_the_previous_file_and_says_so(tmp_path, monkeypatch):
+    target = tmp_path / "last.ckpt"
+    atomic_torch_save({"step": 1}, target)
+    monkeypatch.setattr(checkpointing.torch, "save", _full_disk)
+    with pytest.raises(DiskFullError) as caught:
+        atomic_torch_save({"step": 2}, target)
+    assert str(caught.value).startswith(f"no space left on the device while writing {target} (")
+    assert str(caught.value).endswith(f"free in {tmp_path}); what was there before is kept: free some space (or "
+                                      "lower data.buffer_size, or set data.save_replay false) and go on with "
+                                      "--ckpt_path last")
+    assert torch.load(target)["step"] == 1 and [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+    monkeypatch.setattr(checkpointing.torch, "save", lambda *a: (_ for _ in ()).throw(ValueError("other")))
+    with pytest.raises(ValueError, match="other"):  # any other failure is not told as a full disk
+        atomic_torch_save({"step": 3}, target)
+
+
+def test_a_fit_whose_disk_fills_ends_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    saves = []
+    real_save = torch.save
+
+    def save_twice_then_fill(obj, f, *args, **kwargs):
+        saves.append(1)
+        if len(saves) > 2:
+            _full_disk()
+        real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(checkpointing.torch, "save", save_twice_then_fill)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "120", "--trainer.val_check_interval", "40",
+              "--data.warmup_steps", "50", "--model.hidden_dims", "[8]", "--data.eval_episodes", "1"])
+    captured = capsys.readouterr().err
+    err = [line for line in captured.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in captured
+    last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
+    assert exit_info.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: no space left on the device while writing ") and "go on with --ckpt_path" in err[0]
+    assert torch.load(last, weights_only=False)["global_step"] == 40  # the one written before the disk filled
