@@ -53,6 +53,21 @@ def save_last_checkpoint_now(callback: Any, trainer: L.Trainer) -> None:
     callback._save_last_checkpoint(trainer, callback._monitor_candidates(trainer))
 
 
+from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
+
+
+class ModelCheckpointHooks(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose private ``_save_checkpoint`` (every file it writes) calls
+    :meth:`save_checkpoint_file`, for subclasses to override."""
+
+    def save_checkpoint_file(self, trainer: L.Trainer, filepath: str, save: Any) -> None:
+        """``save(trainer, filepath)`` is Lightning's step that writes the file."""
+        save(trainer, filepath)
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        self.save_checkpoint_file(trainer, filepath, super()._save_checkpoint)
+
+
 # ---------------------------------------------------------------- the command line
 from lightning.pytorch.cli import LightningCLI  # noqa: E402
 

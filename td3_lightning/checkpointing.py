@@ -43,7 +43,6 @@ from typing import Any, Union
 
 import torch
 from fsspec.utils import get_protocol
-from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpoint
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 
 from td3_lightning import _lightning
@@ -175,12 +174,20 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-class ModelCheckpoint(LightningModelCheckpoint):
+class ModelCheckpoint(_lightning.ModelCheckpointHooks):
     """Lightning's ``ModelCheckpoint`` (same options, same state key in checkpoints), except that
     ``save_last=True`` also writes ``last.ckpt`` after a validation that did not improve the
     monitored metric, that a run resumed into a folder of its own remembers the best checkpoints
-    kept before (``earlier_best_k_models``, never deleted by it): ``--selection.episodes`` chooses among both, and
-    that ``trainer.fast_dev_run`` leaves no ``last.ckpt``."""
+    kept before (``earlier_best_k_models``, never deleted by it): ``--selection.episodes`` chooses among both,
+    that ``trainer.fast_dev_run`` leaves no ``last.ckpt``, and that the best checkpoints by a monitored metric leave
+    the replay buffer to ``last.ckpt`` (they are played and exported; ``last.ckpt`` resumes)."""
+
+    def save_checkpoint_file(self, trainer: Any, filepath: str, save: Any) -> None:
+        leave_out = getattr(trainer.datamodule, "replay_left_out", None)
+        best = self.monitor is not None and self.save_last is True and \
+            not Path(filepath).name.startswith(self.CHECKPOINT_NAME_LAST)
+        with leave_out() if best and leave_out is not None else contextlib.nullcontext():
+            save(trainer, filepath)
 
     earlier_best_k_models: dict[str, Any]
 
@@ -442,8 +449,38 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
         fallback = "; pass a checkpoint file to --ckpt_path" + (", or leave --ckpt_path out to start a new run"
                                                                  if fit else "")
         raise UserInputError(f"--ckpt_path {kind}: no checkpoint matches {described}{other or fallback}")
+    candidates = _of_the_env(candidates, (config.get("data") or {}).get("env_id"), kind, described, fit)
     newest = _newest(candidates)
     return selected_checkpoint(newest) or newest if kind == "best" and selected else newest
+
+
+def trained_env_id(path: Path) -> str | None:
+    """The env id a checkpoint was trained on (read memory-mapped), or None if it does not say or cannot be read."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        data = ckpt.get(DATAMODULE_KEY) if isinstance(ckpt.get(DATAMODULE_KEY), dict) else {}
+        env = data.get("env_id") or ((ckpt.get(CHECKPOINT_KEY) or {}).get("env") or [None])[0]
+        return env if isinstance(env, str) else None
+    except Exception:  # noqa: BLE001 - unreadable: the checks of the chosen file say why
+        return None
+
+
+def _of_the_env(candidates: list[Path], env_id: str | None, kind: str, described: str, fit: bool) -> list[Path]:
+    """The ``candidates`` of runs on ``env_id`` (all without one: export names no env); a file that does not say
+    its env is kept. None of the env: one line naming the newest checkpoint there and its env."""
+    if not env_id:
+        return candidates
+    envs = {p: trained_env_id(p) for p in candidates}
+    matching = [p for p in candidates if envs[p] in (None, env_id)]
+    if matching:
+        return matching
+    other = _newest(candidates)
+    raise UserInputError(
+        f"--ckpt_path {kind}: no checkpoint that matches {described} is of {env_id} (the newest, {other}, is of "
+        f"{envs[other]}): pass a checkpoint of {env_id} to --ckpt_path, or give the --trainer.default_root_dir its run "
+        "was trained in" + (", or leave --ckpt_path out to start a new run" if fit else ""))
 
 
 def _dirpath_hint(where: Path, name_glob: str, kind: str, run_options: bool) -> str:

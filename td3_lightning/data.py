@@ -6,6 +6,7 @@ validation and test data are streams of finished deterministic episodes, one per
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -210,6 +211,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.test_episodes, self.test_seed = test_episodes, test_seed
         self.buffer_device = buffer_device
         self.save_replay = save_replay
+        self._replay_left_out = False  # inside replay_left_out()
         self.record_test, self.record_val, self.video_format = record_test, record_val, video_format
         self.tensorboard_video_every = tensorboard_video_every
         self._val_runs = 0  # validation runs of this process, the sanity check excluded
@@ -530,10 +532,20 @@ class ReplayDataModule(L.LightningDataModule):
             ]
             if in_flight > 0
             else [],
-            "replay": self.buffer.state_dict() if (self.buffer is not None and self.save_replay) else None,
+            "replay": self.buffer.state_dict() if (self.buffer is not None and self.save_replay
+                                                   and not self._replay_left_out) else None,
             "options": {name: getattr(self, name) for name in TRAINING_OPTIONS},  # told back if a resume changes one
         }
         return pack_rank_states(self.trainer, state)  # under DDP: every rank's buffer
+
+    @contextlib.contextmanager
+    def replay_left_out(self) -> Iterator[None]:
+        """Checkpoints written inside leave the replay buffer out (files to play or export, not to resume)."""
+        self._replay_left_out = True
+        try:
+            yield
+        finally:
+            self._replay_left_out = False
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if tuple(state.get("obs_shape", self.spec.obs_shape)) != tuple(self.spec.obs_shape):
@@ -548,7 +560,8 @@ class ReplayDataModule(L.LightningDataModule):
             self.buffer.load_state_dict(state["replay"])
         else:
             warnings.warn(
-                "the checkpoint has no replay buffer (data.save_replay was off): the buffer is refilled from "
+                "the checkpoint has no replay buffer (a best checkpoint: last.ckpt holds it; or data.save_replay "
+                "was off): the buffer is refilled from "
                 f"scratch with {self.warmup_steps} warm-up steps",
                 stacklevel=2,
             )

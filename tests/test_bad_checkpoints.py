@@ -758,3 +758,45 @@ def test_a_resume_warns_of_a_data_option_its_checkpoint_predates(real_ckpt, tmp_
     with pytest.raises(UserInputError, match=r"holds LAP priorities \(data.sampler lap, data.priority_alpha 0.4\)"):
         changed_training_options({k: v for k, v in vars(ours).items() if k != "priority_alpha"},
                                  types.SimpleNamespace(**lap), "x.ckpt")
+
+
+def test_last_and_best_take_the_newest_checkpoint_of_the_configs_env(real_ckpt, tmp_path):
+    """Runs of several envs in one folder: a config's --ckpt_path last|best never takes another env's checkpoint."""
+    for version, env in (("version_0", "Pendulum-v1"), ("version_1", "MountainCarContinuous-v0")):
+        folder = tmp_path / "lightning_logs" / version / "checkpoints"
+        folder.mkdir(parents=True)
+        loaded = torch.load(real_ckpt, weights_only=False)
+        loaded["ReplayDataModule"]["env_id"] = env
+        torch.save(loaded, folder / "last.ckpt")
+        os.utime(folder / "last.ckpt", (1e9 + len(version), 1e9 + int(version[-1])))  # version_1 is the newest
+    config = {"trainer": {"default_root_dir": str(tmp_path)}, "checkpoint": {}}
+    runs = tmp_path / "lightning_logs"
+    assert find_run_checkpoint({**config, "data": {"env_id": "Pendulum-v1"}}, "last") == \
+        runs / "version_0/checkpoints/last.ckpt"
+    assert find_run_checkpoint(config, "last") == runs / "version_1/checkpoints/last.ckpt"  # export: no env named
+    with pytest.raises(UserInputError) as caught:
+        find_run_checkpoint({**config, "data": {"env_id": "CarRacingState-v0"}}, "last", fit=True)
+    assert str(caught.value) == (
+        f"--ckpt_path last: no checkpoint that matches {runs}/*/checkpoints/last*.ckpt is of CarRacingState-v0 (the "
+        f"newest, {runs}/version_1/checkpoints/last.ckpt, is of MountainCarContinuous-v0): pass a checkpoint of "
+        "CarRacingState-v0 to --ckpt_path, or give the --trainer.default_root_dir its run was trained in, or leave "
+        "--ckpt_path out to start a new run")
+
+
+def test_the_best_checkpoints_leave_the_replay_to_last_ckpt(tmp_path, monkeypatch):
+    """The best checkpoints by val/return are played and exported: only last.ckpt, which resumes, holds the buffer
+    (unless no last.ckpt is written: then the best ones resume and keep it)."""
+    monkeypatch.chdir(tmp_path)
+    main(["fit", *RUN])
+    folder = tmp_path / "lightning_logs/version_0/checkpoints"
+    best = [p for p in folder.glob("best-step*.ckpt")]
+    last = torch.load(folder / "last.ckpt", weights_only=False)
+    assert len(best) == 1 and last["ReplayDataModule"]["replay"]["pos"] == 160  # 100 warm-up + 60 steps
+    assert torch.load(best[0], weights_only=False)["ReplayDataModule"]["replay"] is None
+    assert best[0].stat().st_size < (folder / "last.ckpt").stat().st_size
+    main(["fit", *RUN, "--checkpoint.save_last", "false"])
+    kept = next((tmp_path / "lightning_logs/version_1/checkpoints").glob("best-step*.ckpt"))
+    assert torch.load(kept, weights_only=False)["ReplayDataModule"]["replay"]["pos"] > 100
+    with pytest.warns(UserWarning, match=r"the checkpoint has no replay buffer \(a best checkpoint: last.ckpt holds "
+                                         r"it; or data.save_replay was off\): the buffer is refilled from scratch"):
+        main(["fit", *RUN, "--trainer.max_steps", "90", "--ckpt_path", str(best[0])])

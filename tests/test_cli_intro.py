@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +80,57 @@ def test_the_fit_example_parses(capsys):
     code, out, _ = _exit([*example, "--print_config"], capsys)
     assert code in (0, None)
     assert re.search(r"^  max_steps: 20000$", out, re.MULTILINE) and "env_id: Pendulum-v1" in out
+
+
+def _readme_commands(section: str) -> list[list[str]]:
+    """The ``python -m td3_lightning`` commands of the first bash block after ``section``, in order, as written."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = text[text.index(section):].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:3] == ["python", "-m", "td3_lightning"]:
+            commands.append(words[3:])
+        if "&&" in words:
+            commands.append(words[words.index("&&") + 4:])
+    return commands
+
+
+#: what each command gets besides its own words here: budgets small enough for a test
+BUDGETS = {
+    "fit": ["--trainer.max_steps", "200", "--data.warmup_steps", "100", "--trainer.val_check_interval", "100",
+            "--data.eval_episodes", "1", "--model.hidden_dims", "[16]"],
+    "test": ["--data.test_episodes", "2"],
+    "tune": ["--n_trials", "1", "--trainer.max_steps", "100", "--trainer.val_check_interval", "100",
+             "--data.warmup_steps", "100", "--data.eval_episodes", "1"],
+}
+
+
+def test_the_readmes_lines_run_in_its_order_in_one_folder(tmp_path, cli_env):
+    """The fresh clone's car run, then the Quickstart top to bottom (small budgets added), then the car's test line:
+    each test and resume takes the checkpoint of its own config's env, never the newest of another."""
+    first = _readme_commands("## Fresh clone")
+    quickstart = _readme_commands("## Quickstart")
+    assert first == [["fit", "--config", "configs/car.yaml"]] and [c[0] for c in quickstart] == [
+        "fit", "test", "fit", "test", "tune"]
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "configs").symlink_to(repo / "configs")  # the README's lines run in a clone's folder
+    lines = []
+    for command in [*first, *quickstart, ["test", "--config", "configs/car.yaml"]]:
+        budget = BUDGETS[command[0]] if "car_taught.yaml" not in command else ["--data.test_episodes", "1"]
+        if command[0] == "fit" and "car.yaml" in command[2]:  # the car: a small buffer, one selection track
+            budget = [*budget, "--data.buffer_size", "1000", "--selection.episodes", "1", "--model.reset_steps", "[]"]
+        if command[0] == "fit" and "--ckpt_path" in command:  # the resume goes on past the fit's 200 steps
+            budget = ["--trainer.max_steps", "300", *budget[2:]]
+        if command[0] == "tune" and importlib.util.find_spec("optuna") is None:
+            continue
+        proc = subprocess.run([sys.executable, "-m", "td3_lightning", *command, *budget], cwd=tmp_path, env=cli_env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, (command, proc.stderr[-3000:])
+        lines.append(next((line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("checkpoint:")),
+                          ""))
+    runs = tmp_path / "lightning_logs"
+    car, pendulum = runs / "version_0/checkpoints", runs / "version_1/checkpoints"
+    assert lines[2].startswith(f"checkpoint: {pendulum}/best-step") and "(--ckpt_path best" in lines[2]
+    assert lines[3] == f"checkpoint: {pendulum}/last.ckpt (--ckpt_path last)"
+    assert lines[-1].startswith(f"checkpoint: {car}/best-step") and "(--ckpt_path best" in lines[-1]
