@@ -106,6 +106,8 @@ PATH_VALUES = {
     "URL": ["bogus://x", "sqlite:///nofolder/x.db", "sqlite:///notes.txt", ""],
     "NAME": [""],
 }
+#: Options of ``export``'s and ``tune``'s own parsers: values they refuse besides those of their metavar's kind.
+OWN_CASES = {("export", "--out"): ["actor.txt"]}  # a suffix that names no format, without --format
 #: The path options of fit, validate and test, by kind.
 PATH_OPTIONS = {"ckpt_path": "CKPT", "config": "FILE"}
 #: What a line that says what an option takes contains.
@@ -259,6 +261,7 @@ def own_parser_cases(subcommand: str) -> list[tuple[str, str, Any]]:
             bounds = declared_range(name, action.help or "")
             cases += [(name, _fmt(v, action.type)) for v in out_of_range(*bounds, action.type)] if bounds else []
         cases += [(name, v) for v in PATH_VALUES.get(action.metavar, [])]
+        cases += [(name, v) for v in OWN_CASES.get((subcommand, name), [])]
     return [(subcommand, name, value) for name, value in cases]
 
 
@@ -346,6 +349,7 @@ def test_the_walk_covers_the_cases_of_the_issue():
     for case in [("validate", "model.gamma", "2.0"), ("test", "data.test_episodes", "0"),
                  ("test", "ckpt_path", "notes.txt"), ("export", "--out", "run.ckpt"),
                  ("export", "--out", "nofolder/out.ckpt"), ("export", "--format", "bogus"),
+                 ("export", "--out", "actor.txt"),
                  ("tune", "--n_trials", "0"), ("tune", "--n_trials", "abc"), ("tune", "--space", "bad.yaml"),
                  ("tune", "--space", {"model.gamma": {"type": "float", "low": -1.0, "high": 0.0}}),
                  ("tune", "--space", {"model.gamma": {"type": "float", "low": 0.0, "high": 2.0}}),
