@@ -88,10 +88,7 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
             finite = " (a finite number)" if expected == "a float" and got.strip().lower().lstrip("+-") in (
                 "nan", "inf", "infinity") else ""
             bare = got.strip().strip("'\"")
-            closer = "}" if bare[:1] == "{" else "]"
-            unclosed = bare[:1] in ("{", "[") and bare.count(bare[0]) > bare.count(closer)
-            split = (" (the shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"
-                     if unclosed else "")
+            split = _unclosed_hint(bare)
             if not split and bare[:1] == "{" and re.search(r"\w:[^\s/]", bare):  # {a:1} is a string to YAML
                 split = " (YAML needs a space after each colon, e.g. '{a: 1, b: 2}')"
             whole = ""
@@ -106,6 +103,19 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
             return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{whole}{split}{boolean}"
         return f"invalid value for {key}: " + _clean_type(" ".join(detail))
     return _clean_type(" ".join(lines))
+
+
+def _unclosed_hint(value: str) -> str:
+    """What to say of a ``{...`` or ``[...`` value that is never closed: a word that the shell split off at a space
+    (no space in it, ending in ``:`` or ``,``: ``{a:`` of ``{a: 1}`` unquoted), else a missing ``}`` or ``]``; ``""``
+    for any other value."""
+    closer = {"{": "}", "[": "]"}.get(value[:1])
+    if closer is None or value.count(value[0]) <= value.count(closer):
+        return ""
+    if not re.search(r"\s", value) and (value.endswith((":", ",")) or value == value[0]):
+        return " (the shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"
+    kind, example = ("mapping", "'{a: 1, b: 2}'") if closer == "}" else ("list", "'[64, 64]'")
+    return f" (not a valid YAML or JSON {kind}: a {value[0]} is never closed; add the missing {closer}, e.g. {example})"
 
 
 def resolve_config_args(args: list[str]) -> list[str]:

@@ -212,7 +212,7 @@ def typed_cases(name: str, hint: Any, help_text: str) -> list[str]:
     if kind is int and not is_list:
         cases.append("1.5")
     if _is_mapping(hint):
-        cases += ["abc", "{bogus: 1}"]  # not a mapping; a keyword argument the env does not take
+        cases += ["abc", "{bogus: 1}", "{bogus: 1"]  # not a mapping; an argument the env does not take; no }
     cases += CHOICES.get(name, [])
     if kind is None:
         return cases
