@@ -3,6 +3,7 @@ parse errors, each refusal one line that names the problem and the fix."""
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -211,9 +212,27 @@ def _bundled(path: str) -> str:
         return str(candidate)
     if not os.path.exists(path):
         bundled = ", ".join(sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
-        raise UserInputError(f"config file not found: {given}; give a path to a YAML file or a bundled config "
-                             f"({bundled})")
+        raise UserInputError(f"config file not found: {given}{_closest_config(path)}; give a path to a YAML file or "
+                             f"a bundled config ({bundled})")
     return path
+
+
+def _closest_config(path: str) -> str:
+    """`` (did you mean <file>?)`` for the YAML file in ``path``'s folder, or else the bundled config, whose name is
+    closest to ``path``'s (``car.yml``: ``car.yaml``); ``""`` when none is close."""
+    where = Path(path)
+    folder = where.parent
+    here = {p.name: str(folder / p.name) for p in sorted(folder.glob("*.y*ml")) if p.is_file()} \
+        if folder.is_dir() else {}
+    names = {**{p.name: p.name for p in CONFIG_DIR.glob("*.yaml")}, **here}  # a file there wins, as --config reads
+    stems = {_stem(name): shown for name, shown in names.items()}  # by the name without .yaml: nope is no hopper
+    close = difflib.get_close_matches(_stem(where.name), list(stems), n=1, cutoff=0.8)
+    return f" (did you mean {stems[close[0]]}?)" if close else ""
+
+
+def _stem(name: str) -> str:
+    """``name`` without its ``.yaml`` or ``.yml``."""
+    return re.sub(r"\.ya?ml$", "", name, flags=re.I)
 
 
 def shown(value: Any) -> str:

@@ -100,7 +100,7 @@ PLAYED_ANY_VALUE = {"model.teacher": "read when fitting starts; a played policy 
 #: :func:`work_folder`: missing, a folder, a file of another kind, an empty one, below a file, empty text.
 PATH_VALUES = {
     "CKPT": ["missing.ckpt", "folder", "notes.txt", "pendulum.yaml", "empty.ckpt", "", "hpc", "file://missing.ckpt"],
-    "FILE": ["missing.yaml", "folder", "run.ckpt", "empty.yaml", "bad.yaml", "notes.txt"],
+    "FILE": ["missing.yaml", "pendulum.yml", "folder", "run.ckpt", "empty.yaml", "bad.yaml", "notes.txt"],
     "OUT": ["nofolder/out.ckpt", "notes.txt/out.ckpt", "folder", "notes.txt", "run.ckpt", ""],
     "FOLDER": ["notes.txt", "notes.txt/sub", "", "/proc/nope/run"],
     "URL": ["bogus://x", "sqlite:///nofolder/x.db", "sqlite:///notes.txt", ""],

@@ -531,6 +531,28 @@ def test_missing_config_file(tmp_path, monkeypatch, capsys):
     assert exit_info.value.code == 0 and yaml.safe_load(capsys.readouterr().out)["trainer"]["max_steps"] == 7
 
 
+@pytest.mark.parametrize("given, hint", [
+    ("car.yml", " (did you mean car.yaml?)"),  # before: no hint
+    ("carr", " (did you mean car.yaml?)"),
+    ("configs/lunar.yml", " (did you mean lunar.yaml?)"),  # no configs/ folder here: the bundled one
+    ("mine.yml", " (did you mean mine.yaml?)"),  # a file here
+    ("sub/car.yml", " (did you mean sub/car.yaml?)"),  # a file in the folder given wins over the bundled one
+    ("nowhere/none.yaml", ""),
+])
+def test_a_missing_config_file_gets_the_closest_name(given, hint, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("trainer: {max_steps: 7}\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "car.yaml").write_text("trainer: {max_steps: 7}\n")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", given])
+    bundled = ", ".join(sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
+    assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [
+        f"error: config file not found: {given}{hint}; give a path to a YAML file or a bundled config ({bundled})"]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
 def test_help_documents_every_option(cli_env, tmp_path):
     out = run_cli(["fit", "--help"], tmp_path, cli_env)
     assert out.returncode == 0
