@@ -345,6 +345,20 @@ def test_bad_input_gives_one_line_and_writes_nothing(args, message, tmp_path, mo
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_a_mujoco_env_without_mujoco_is_told_the_projects_extra(tmp_path, monkeypatch, capsys):
+    # before: gymnasium's `pip install "gymnasium[mujoco]"`, unconstrained and not the project's extra
+    monkeypatch.chdir(tmp_path)
+    for name in [m for m in sys.modules if m.startswith(("gymnasium.envs.mujoco", "mujoco"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mujoco", None)  # what `import mujoco` finds where it is not installed
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--data.env_id", "Ant-v5"])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [
+        "error: environment 'Ant-v5' needs MuJoCo, which is not installed: install td3_lightning's mujoco extra, "
+        'pip install -c constraints.txt -e ".[mujoco]"']
+    assert list(tmp_path.iterdir()) == []
+
+
 VAL_CHECK = ('error: trainer.val_check_interval must be a number of training steps >= 1 or a time ("DD:HH:MM:SS", '
              'e.g. "00:01:00:00"); got ')
 

@@ -18,6 +18,10 @@ from td3_lightning.errors import UserInputError, did_you_mean
 from td3_lightning.registration import register_envs
 
 
+#: the install line of the MuJoCo envs (Walker2d-v5, Ant-v5, ...), from the td3_lightning checkout
+MUJOCO_INSTALL = 'pip install -c constraints.txt -e ".[mujoco]"'
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """What the networks and the replay buffer need to know about an environment."""
@@ -47,6 +51,10 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
     try:
         env = gym.make(env_id, **kwargs)
     except (ImportError, gym.error.DependencyNotInstalled) as err:  # before gym.error.Error, its base class
+        entry_point = getattr(gym.registry.get(env_id), "entry_point", "")
+        if "mujoco" in f"{err} {entry_point}".lower():  # gymnasium's line names gymnasium's extra, not ours
+            raise UserInputError(f"environment '{env_id}' needs MuJoCo, which is not installed: install "
+                                 f"td3_lightning's mujoco extra, {MUJOCO_INSTALL}") from None
         raise UserInputError(f"environment '{env_id}' needs a package that is not installed: {err}") from None
     except gym.error.Error as err:  # NameNotFound, VersionNotFound, NamespaceNotFound, ...
         raise UserInputError(
