@@ -359,6 +359,28 @@ def test_a_mujoco_env_without_mujoco_is_told_the_projects_extra(tmp_path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
+CHANNELS_LAST = ("error: '{}' has image observations of shape {}, which look channels-last (H, W, C); the "
+                 "CNN encoder takes channels first (C, H, W), and the command line cannot transpose them: ")
+
+
+@pytest.mark.parametrize("env_id, line", [
+    # before: "wrap the env with gymnasium.wrappers.TransformObservation", which the command line cannot do
+    ("CarRacing-v3", CHANNELS_LAST.format("CarRacing-v3", "(96, 96, 3)") + (
+        "set data.env_id CarRacingPixels-v0 (CarRacing-v3's frames channels first, as they are with data.env_kwargs "
+        "'{grayscale: false, frame_stack: 1}'; --config car_pixels.yaml trains it) or CarRacingState-v0 (a state "
+        "vector)")),
+    ("td3test/ImageObs-v0", CHANNELS_LAST.format("td3test/ImageObs-v0", "(8, 8, 3)") + (
+        "register the env with its observations transposed to (C, H, W) in a module of yours (gymnasium.register) "
+        "and set data.env_id to yourmodule:YourEnv-v0")),
+])
+def test_a_channels_last_env_is_told_what_the_command_line_can_use(env_id, line, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--data.env_id", env_id])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [line]
+    assert list(tmp_path.iterdir()) == []
+
+
 VAL_CHECK = ('error: trainer.val_check_interval must be a number of training steps >= 1 or a time ("DD:HH:MM:SS", '
              'e.g. "00:01:00:00"); got ')
 

@@ -324,10 +324,16 @@ def check_spaces(env: gym.Env, env_id: str, vector_obs: bool = True) -> EnvSpec:
             "CarRacingPixels-v0, or flatten the observation"
         )
     if vector_obs and image and obs.shape[2] < obs.shape[0]:
+        if env_id.rpartition(":")[2].startswith("CarRacing-"):  # gymnasium's: the shipped envs are its frames
+            use = ("set data.env_id CarRacingPixels-v0 (CarRacing-v3's frames channels first, as they are with "
+                   "data.env_kwargs '{grayscale: false, frame_stack: 1}'; --config car_pixels.yaml trains it) or "
+                   "CarRacingState-v0 (a state vector)")
+        else:
+            use = ("register the env with its observations transposed to (C, H, W) in a module of yours "
+                   "(gymnasium.register) and set data.env_id to yourmodule:YourEnv-v0")
         raise UserInputError(
             f"'{env_id}' has image observations of shape {obs.shape}, which look channels-last (H, W, C); the CNN "
-            "encoder takes channels first (C, H, W): wrap the env with gymnasium.wrappers.TransformObservation "
-            "(np.transpose to (2, 0, 1)) or use CarRacingPixels-v0"
+            f"encoder takes channels first (C, H, W), and the command line cannot transpose them: {use}"
         )
     frame_stack = int(getattr(env.unwrapped, "frame_stack", 1)) if image else 1
     return EnvSpec(tuple(obs.shape), obs.dtype, low.tolist(), high.tolist(), frame_stack)
