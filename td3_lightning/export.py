@@ -152,13 +152,20 @@ SUFFIX = {"slim": ".ckpt", "torchscript": ".pt", "onnx": ".onnx"}
 
 
 def check_format(out: str, fmt: str | None) -> str:
-    """``fmt``, or when not given the format ``out``'s suffix names (``.onnx``, ``.ckpt``), else slim; one line
-    when the suffix names another format (TorchScript in ``actor.onnx``, an ONNX graph in ``actor.pt``, an actor in
-    ``policy.ckpt``) or, for a ``.pt`` file, none was given (torch.save and torch.jit files both use it)."""
+    """``fmt``, or when not given the format ``out``'s suffix names (``.onnx``, ``.ckpt``), else slim for a name
+    without a suffix; one line when the suffix names another format (TorchScript in ``actor.onnx``, an ONNX graph in
+    ``actor.pt``, an actor in ``policy.ckpt``) or, for a ``.pt`` file or one whose suffix names no format
+    (``actor.txt``), none was given (torch.save and torch.jit files both use ``.pt``)."""
     suffix = Path(out).suffix.lower()
     if fmt is None and suffix in (".pt", ".pth"):
         raise UserInputError(f"--out {out}: say what to write: --format torchscript (the actor, for torch.jit.load) "
                              "or --format slim (a checkpoint for test and TD3.load_from_checkpoint)")
+    folder = Path(out).expanduser().is_dir() or str(out).endswith(("/", os.sep))  # check_out refuses it
+    if fmt is None and suffix not in ("", ".onnx", ".ckpt") and not folder:
+        stem = Path(out).stem
+        raise UserInputError(f"--out {out}: the suffix {Path(out).suffix} names no format; name it {stem}.ckpt (a slim "
+                             f"checkpoint), {stem}.onnx (ONNX) or {stem}.pt with --format torchscript, or give "
+                             "--format slim or --format torchscript to keep the name")
     wanted = {".onnx": "onnx", ".ckpt": "slim"}.get(suffix)
     fmt = fmt or wanted or "slim"
     if (wanted is not None and wanted != fmt) or (fmt == "onnx" and suffix != ".onnx"):
@@ -182,8 +189,8 @@ def _parser() -> OneLineParser:
                         help="replace --out if it exists (never the checkpoint being exported, never a training "
                         "checkpoint)")
     parser.add_argument("--format", choices=list(FORMATS), default=None,
-                        help="what to write: slim, torchscript or onnx (default: onnx for a .onnx file, else slim; "
-                        "given for a .pt file)")
+                        help="what to write: slim, torchscript or onnx (default: onnx for a .onnx file, slim for a "
+                        ".ckpt file or a name without a suffix; given for any other name, e.g. a .pt file)")
     return parser
 
 

@@ -3,6 +3,7 @@ parse errors, each refusal one line that names the problem and the fix."""
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -88,10 +89,7 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
             finite = " (a finite number)" if expected == "a float" and got.strip().lower().lstrip("+-") in (
                 "nan", "inf", "infinity") else ""
             bare = got.strip().strip("'\"")
-            closer = "}" if bare[:1] == "{" else "]"
-            unclosed = bare[:1] in ("{", "[") and bare.count(bare[0]) > bare.count(closer)
-            split = (" (the shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"
-                     if unclosed else "")
+            split = _unclosed_hint(bare)
             if not split and bare[:1] == "{" and re.search(r"\w:[^\s/]", bare):  # {a:1} is a string to YAML
                 split = " (YAML needs a space after each colon, e.g. '{a: 1, b: 2}')"
             whole = ""
@@ -106,6 +104,19 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
             return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{whole}{split}{boolean}"
         return f"invalid value for {key}: " + _clean_type(" ".join(detail))
     return _clean_type(" ".join(lines))
+
+
+def _unclosed_hint(value: str) -> str:
+    """What to say of a ``{...`` or ``[...`` value that is never closed: a word that the shell split off at a space
+    (no space in it, ending in ``:`` or ``,``: ``{a:`` of ``{a: 1}`` unquoted), else a missing ``}`` or ``]``; ``""``
+    for any other value."""
+    closer = {"{": "}", "[": "]"}.get(value[:1])
+    if closer is None or value.count(value[0]) <= value.count(closer):
+        return ""
+    if not re.search(r"\s", value) and (value.endswith((":", ",")) or value == value[0]):
+        return " (the shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"
+    kind, example = ("mapping", "'{a: 1, b: 2}'") if closer == "}" else ("list", "'[64, 64]'")
+    return f" (not a valid YAML or JSON {kind}: a {value[0]} is never closed; add the missing {closer}, e.g. {example})"
 
 
 def resolve_config_args(args: list[str]) -> list[str]:
@@ -201,9 +212,27 @@ def _bundled(path: str) -> str:
         return str(candidate)
     if not os.path.exists(path):
         bundled = ", ".join(sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
-        raise UserInputError(f"config file not found: {given}; give a path to a YAML file or a bundled config "
-                             f"({bundled})")
+        raise UserInputError(f"config file not found: {given}{_closest_config(path)}; give a path to a YAML file or "
+                             f"a bundled config ({bundled})")
     return path
+
+
+def _closest_config(path: str) -> str:
+    """`` (did you mean <file>?)`` for the YAML file in ``path``'s folder, or else the bundled config, whose name is
+    closest to ``path``'s (``car.yml``: ``car.yaml``); ``""`` when none is close."""
+    where = Path(path)
+    folder = where.parent
+    here = {p.name: str(folder / p.name) for p in sorted(folder.glob("*.y*ml")) if p.is_file()} \
+        if folder.is_dir() else {}
+    names = {**{p.name: p.name for p in CONFIG_DIR.glob("*.yaml")}, **here}  # a file there wins, as --config reads
+    stems = {_stem(name): shown for name, shown in names.items()}  # by the name without .yaml: nope is no hopper
+    close = difflib.get_close_matches(_stem(where.name), list(stems), n=1, cutoff=0.8)
+    return f" (did you mean {stems[close[0]]}?)" if close else ""
+
+
+def _stem(name: str) -> str:
+    """``name`` without its ``.yaml`` or ``.yml``."""
+    return re.sub(r"\.ya?ml$", "", name, flags=re.I)
 
 
 def shown(value: Any) -> str:

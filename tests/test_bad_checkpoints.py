@@ -190,6 +190,16 @@ def test_bad_checkpoint_one_line_nothing_written(
         (["--data.env_kwargs", "{max_torque:2}"], None,
          "error: invalid value for data.env_kwargs: expected one of dict[str, Any], None, got '{max_torque:2}' (YAML "
          "needs a space after each colon, e.g. '{a: 1, b: 2}')"),
+        # before: "the shell split it at a space", of a value that has one in it
+        (["--data.env_kwargs", "{max_torque: 2"], None,
+         "error: invalid value for data.env_kwargs: expected one of dict[str, Any], None, got '{max_torque: 2' (not a "
+         "valid YAML or JSON mapping: a { is never closed; add the missing }, e.g. '{a: 1, b: 2}')"),
+        (["--model.hidden_dims", "[64, 64"], None,
+         "error: invalid value for model.hidden_dims: expected a list, got '[64, 64' (not a valid YAML or JSON list: "
+         "a [ is never closed; add the missing ], e.g. '[64, 64]')"),
+        (["--data.env_kwargs", "{max_torque:", "2}"], None,
+         "error: invalid value for data.env_kwargs: expected one of dict[str, Any], None, got '{max_torque:' (the "
+         "shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"),
     ],
     ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "wrong-union", "config-unknown-key",
          "config-wrong-type", "config-unknown-trainer-key", "misspelt-group", "config-misspelt-group",
@@ -198,7 +208,7 @@ def test_bad_checkpoint_one_line_nothing_written(
          "config-subcommand-level", "config-group-inside-another", "config-section-a-number",
          "config-section-a-list", "config-section-no-file", "validation-on-test-seeds", "test-on-validation-seeds",
          "selection-on-validation-seeds", "print-config-checks-first", "selection-seed-none",
-         "mapping-without-spaces"],
+         "mapping-without-spaces", "mapping-not-closed", "list-not-closed", "unquoted-mapping"],
 )
 def test_bad_option_or_config_one_line(args, config, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

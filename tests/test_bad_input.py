@@ -44,7 +44,7 @@ CHOICES = {
     "model.encoder": ["bogus"], "model.compile_mode": ["bogus"], "data.vector_mode": ["bogus"],
     "data.video_format": ["avi"], "data.buffer_device": ["bogus"], "data.sampler": ["bogus"],
     "model.actor_q": ["min"],
-    "data.env_id": ["NoSuchEnv-v9"], "learning_curve.filename": ["sub/curve.png", "curve.txt"],
+    "data.env_id": ["NoSuchEnv-v9", "CarRacing-v3"], "learning_curve.filename": ["sub/curve.png", "curve.txt"],
 }
 #: The Trainer options this project counts in training steps, that take a path, or that a user plausibly
 #: breaks, and ``seed_everything``, with values they refuse.
@@ -102,12 +102,14 @@ PLAYED_ANY_VALUE = {"model.teacher": "read when fitting starts; a played policy 
 #: :func:`work_folder`: missing, a folder, a file of another kind, an empty one, below a file, empty text.
 PATH_VALUES = {
     "CKPT": ["missing.ckpt", "folder", "notes.txt", "pendulum.yaml", "empty.ckpt", "", "hpc", "file://missing.ckpt"],
-    "FILE": ["missing.yaml", "folder", "run.ckpt", "empty.yaml", "bad.yaml", "notes.txt"],
+    "FILE": ["missing.yaml", "pendulum.yml", "folder", "run.ckpt", "empty.yaml", "bad.yaml", "notes.txt"],
     "OUT": ["nofolder/out.ckpt", "notes.txt/out.ckpt", "folder", "notes.txt", "run.ckpt", ""],
     "FOLDER": ["notes.txt", "notes.txt/sub", "", "/proc/nope/run", "/proc"],  # /proc: exists, cannot be written
     "URL": ["bogus://x", "sqlite:///nofolder/x.db", "sqlite:///notes.txt", ""],
     "NAME": [""],
 }
+#: Options of ``export``'s and ``tune``'s own parsers: values they refuse besides those of their metavar's kind.
+OWN_CASES = {("export", "--out"): ["actor.txt"]}  # a suffix that names no format, without --format
 #: The path options of fit, validate and test, by kind.
 PATH_OPTIONS = {"ckpt_path": "CKPT", "config": "FILE"}
 #: What a line that says what an option takes contains.
@@ -212,7 +214,7 @@ def typed_cases(name: str, hint: Any, help_text: str) -> list[str]:
     if kind is int and not is_list:
         cases.append("1.5")
     if _is_mapping(hint):
-        cases += ["abc", "{bogus: 1}"]  # not a mapping; a keyword argument the env does not take
+        cases += ["abc", "{bogus: 1}", "{bogus: 1"]  # not a mapping; an argument the env does not take; no }
     cases += CHOICES.get(name, [])
     if kind is None:
         return cases
@@ -261,6 +263,7 @@ def own_parser_cases(subcommand: str) -> list[tuple[str, str, Any]]:
             bounds = declared_range(name, action.help or "")
             cases += [(name, _fmt(v, action.type)) for v in out_of_range(*bounds, action.type)] if bounds else []
         cases += [(name, v) for v in PATH_VALUES.get(action.metavar, [])]
+        cases += [(name, v) for v in OWN_CASES.get((subcommand, name), [])]
     return [(subcommand, name, value) for name, value in cases]
 
 
@@ -349,6 +352,7 @@ def test_the_walk_covers_the_cases_of_the_issue():
     for case in [("validate", "model.gamma", "2.0"), ("test", "data.test_episodes", "0"),
                  ("test", "ckpt_path", "notes.txt"), ("export", "--out", "run.ckpt"),
                  ("export", "--out", "nofolder/out.ckpt"), ("export", "--format", "bogus"),
+                 ("export", "--out", "actor.txt"),
                  ("tune", "--n_trials", "0"), ("tune", "--n_trials", "abc"), ("tune", "--space", "bad.yaml"),
                  ("tune", "--space", {"model.gamma": {"type": "float", "low": -1.0, "high": 0.0}}),
                  ("tune", "--space", {"model.gamma": {"type": "float", "low": 0.0, "high": 2.0}}),

@@ -345,6 +345,42 @@ def test_bad_input_gives_one_line_and_writes_nothing(args, message, tmp_path, mo
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_a_mujoco_env_without_mujoco_is_told_the_projects_extra(tmp_path, monkeypatch, capsys):
+    # before: gymnasium's `pip install "gymnasium[mujoco]"`, unconstrained and not the project's extra
+    monkeypatch.chdir(tmp_path)
+    for name in [m for m in sys.modules if m.startswith(("gymnasium.envs.mujoco", "mujoco"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mujoco", None)  # what `import mujoco` finds where it is not installed
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--data.env_id", "Ant-v5"])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [
+        "error: environment 'Ant-v5' needs MuJoCo, which is not installed: install td3_lightning's mujoco extra, "
+        'pip install -c constraints.txt -e ".[mujoco]"']
+    assert list(tmp_path.iterdir()) == []
+
+
+CHANNELS_LAST = ("error: '{}' has image observations of shape {}, which look channels-last (H, W, C); the "
+                 "CNN encoder takes channels first (C, H, W), and the command line cannot transpose them: ")
+
+
+@pytest.mark.parametrize("env_id, line", [
+    # before: "wrap the env with gymnasium.wrappers.TransformObservation", which the command line cannot do
+    ("CarRacing-v3", CHANNELS_LAST.format("CarRacing-v3", "(96, 96, 3)") + (
+        "set data.env_id CarRacingPixels-v0 (CarRacing-v3's frames channels first, as they are with data.env_kwargs "
+        "'{grayscale: false, frame_stack: 1}'; --config car_pixels.yaml trains it) or CarRacingState-v0 (a state "
+        "vector)")),
+    ("td3test/ImageObs-v0", CHANNELS_LAST.format("td3test/ImageObs-v0", "(8, 8, 3)") + (
+        "register the env with its observations transposed to (C, H, W) in a module of yours (gymnasium.register) "
+        "and set data.env_id to yourmodule:YourEnv-v0")),
+])
+def test_a_channels_last_env_is_told_what_the_command_line_can_use(env_id, line, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--data.env_id", env_id])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [line]
+    assert list(tmp_path.iterdir()) == []
+
+
 VAL_CHECK = ('error: trainer.val_check_interval must be a number of training steps >= 1 or a time ("DD:HH:MM:SS", '
              'e.g. "00:01:00:00"); got ')
 
@@ -529,6 +565,28 @@ def test_missing_config_file(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", "pendulum", "--print_config"])
     assert exit_info.value.code == 0 and yaml.safe_load(capsys.readouterr().out)["trainer"]["max_steps"] == 7
+
+
+@pytest.mark.parametrize("given, hint", [
+    ("car.yml", " (did you mean car.yaml?)"),  # before: no hint
+    ("carr", " (did you mean car.yaml?)"),
+    ("configs/lunar.yml", " (did you mean lunar.yaml?)"),  # no configs/ folder here: the bundled one
+    ("mine.yml", " (did you mean mine.yaml?)"),  # a file here
+    ("sub/car.yml", " (did you mean sub/car.yaml?)"),  # a file in the folder given wins over the bundled one
+    ("nowhere/none.yaml", ""),
+])
+def test_a_missing_config_file_gets_the_closest_name(given, hint, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("trainer: {max_steps: 7}\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "car.yaml").write_text("trainer: {max_steps: 7}\n")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", given])
+    bundled = ", ".join(sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
+    assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [
+        f"error: config file not found: {given}{hint}; give a path to a YAML file or a bundled config ({bundled})"]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 def test_help_documents_every_option(cli_env, tmp_path):

@@ -204,12 +204,13 @@ def test_export_replaces_an_existing_file_only_with_overwrite(pendulum_ckpt, tmp
     assert "state_dict" in slim and "optimizer_states" not in slim
 
 
-def test_export_to_a_folder_is_one_line_and_writes_nothing(pendulum_ckpt, tmp_path, cli_env):
-    (tmp_path / "exports").mkdir()
-    proc = _export(["--ckpt_path", str(pendulum_ckpt), "--out", "exports", "--overwrite"], tmp_path, cli_env)
+@pytest.mark.parametrize("folder", ["exports", "exports.d"])  # a suffix of a folder's name names no format
+def test_export_to_a_folder_is_one_line_and_writes_nothing(folder, pendulum_ckpt, tmp_path, cli_env):
+    (tmp_path / folder).mkdir()
+    proc = _export(["--ckpt_path", str(pendulum_ckpt), "--out", folder, "--overwrite"], tmp_path, cli_env)
     assert proc.returncode == 2
-    assert proc.stderr == ("error: --out exports is a folder; give the file to write, e.g. --out "
-                           "exports/policy.ckpt\n")
+    assert proc.stderr == (f"error: --out {folder} is a folder; give the file to write, e.g. --out "
+                           f"{folder}/policy.ckpt\n")
     assert _snapshot(tmp_path) == {}
 
 
@@ -340,6 +341,15 @@ def test_export_into_a_folder_that_is_not_there_writes_nothing(out, line, pendul
                                                 "name it actor.onnx"),
     (["--out", "actor.pt"], "error: --out actor.pt: say what to write: --format torchscript (the actor, for "
                             "torch.jit.load) or --format slim (a checkpoint for test and TD3.load_from_checkpoint)"),
+    # before: written as a slim checkpoint named actor.txt
+    (["--out", "actor.txt"], "error: --out actor.txt: the suffix .txt names no format; name it actor.ckpt (a slim "
+                             "checkpoint), actor.onnx (ONNX) or actor.pt with --format torchscript, or give --format "
+                             "slim or --format torchscript to keep the name"),
+    (["--out", "notes.bak"], "error: --out notes.bak: the suffix .bak names no format; name it notes.ckpt (a slim "
+                             "checkpoint), notes.onnx (ONNX) or notes.pt with --format torchscript, or give --format "
+                             "slim or --format torchscript to keep the name"),
+    (["--out", "actor.txt", "--format", "onnx"], "error: --out actor.txt does not name an onnx file (--format onnx): "
+                                                 "name it actor.onnx"),
 ])
 def test_export_to_a_file_named_for_another_format_is_one_line(args, line, pendulum_ckpt, tmp_path, monkeypatch,
                                                                 capsys):
@@ -355,6 +365,15 @@ def test_export_to_a_file_named_for_another_format_is_one_line(args, line, pendu
 def test_export_without_format_writes_what_the_file_name_says(out, fmt):
     # before: --out actor.onnx alone was refused ("add --format onnx")
     assert check_format(out, None) == fmt
+
+
+def test_a_format_given_writes_a_file_of_any_name_but_onnx(pendulum_ckpt, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["export", "--ckpt_path", str(pendulum_ckpt), "--out", "policy.txt", "--format", "slim"])
+    main(["export", "--ckpt_path", str(pendulum_ckpt), "--out", "actor.bin", "--format", "torchscript"])
+    assert capsys.readouterr().out.splitlines()[0].startswith("wrote policy.txt (")
+    assert TD3.load_from_checkpoint(tmp_path / "policy.txt").hparams.obs_shape == [3]
+    assert torch.jit.load(str(tmp_path / "actor.bin"))(torch.zeros(1, 3)).shape == (1, 1)
 
 
 @pytest.mark.parametrize("option", ["--config", "--data.env_kwargs.aid_features", "--model.gamma"])

@@ -18,6 +18,10 @@ from td3_lightning.errors import UserInputError, did_you_mean
 from td3_lightning.registration import register_envs
 
 
+#: the install line of the MuJoCo envs (Walker2d-v5, Ant-v5, ...), from the td3_lightning checkout
+MUJOCO_INSTALL = 'pip install -c constraints.txt -e ".[mujoco]"'
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """What the networks and the replay buffer need to know about an environment."""
@@ -47,6 +51,10 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
     try:
         env = gym.make(env_id, **kwargs)
     except (ImportError, gym.error.DependencyNotInstalled) as err:  # before gym.error.Error, its base class
+        entry_point = getattr(gym.registry.get(env_id), "entry_point", "")
+        if "mujoco" in f"{err} {entry_point}".lower():  # gymnasium's line names gymnasium's extra, not ours
+            raise UserInputError(f"environment '{env_id}' needs MuJoCo, which is not installed: install "
+                                 f"td3_lightning's mujoco extra, {MUJOCO_INSTALL}") from None
         raise UserInputError(f"environment '{env_id}' needs a package that is not installed: {err}") from None
     except gym.error.Error as err:  # NameNotFound, VersionNotFound, NamespaceNotFound, ...
         raise UserInputError(
@@ -316,10 +324,16 @@ def check_spaces(env: gym.Env, env_id: str, vector_obs: bool = True) -> EnvSpec:
             "CarRacingPixels-v0, or flatten the observation"
         )
     if vector_obs and image and obs.shape[2] < obs.shape[0]:
+        if env_id.rpartition(":")[2].startswith("CarRacing-"):  # gymnasium's: the shipped envs are its frames
+            use = ("set data.env_id CarRacingPixels-v0 (CarRacing-v3's frames channels first, as they are with "
+                   "data.env_kwargs '{grayscale: false, frame_stack: 1}'; --config car_pixels.yaml trains it) or "
+                   "CarRacingState-v0 (a state vector)")
+        else:
+            use = ("register the env with its observations transposed to (C, H, W) in a module of yours "
+                   "(gymnasium.register) and set data.env_id to yourmodule:YourEnv-v0")
         raise UserInputError(
             f"'{env_id}' has image observations of shape {obs.shape}, which look channels-last (H, W, C); the CNN "
-            "encoder takes channels first (C, H, W): wrap the env with gymnasium.wrappers.TransformObservation "
-            "(np.transpose to (2, 0, 1)) or use CarRacingPixels-v0"
+            f"encoder takes channels first (C, H, W), and the command line cannot transpose them: {use}"
         )
     frame_stack = int(getattr(env.unwrapped, "frame_stack", 1)) if image else 1
     return EnvSpec(tuple(obs.shape), obs.dtype, low.tolist(), high.tolist(), frame_stack)
