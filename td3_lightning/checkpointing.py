@@ -123,15 +123,16 @@ def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
             os.unlink(tmp)
         if _disk_full(err):
             raise DiskFullError(
-                f"no space left on the device while writing {target} ({gigabytes(shutil.disk_usage(folder).free)} "
+                f"writing {target} failed: No space left on device ({gigabytes(shutil.disk_usage(folder).free)} "
                 f"free in {folder}); what was there before is kept: free some space (or lower data.buffer_size, or "
                 "set data.save_replay false) and go on with --ckpt_path last") from None
         raise
     _fsync_dir(folder)
 
 
-class DiskFullError(UserInputError):
-    """The disk filled while a file was written atomically (the previous file is kept)."""
+class DiskFullError(UserInputError, OSError):
+    """The disk filled while a file was written atomically (the previous file is kept): an ``OSError`` still, told
+    as one line."""
 
 
 def _disk_full(err: BaseException | None) -> bool:
@@ -330,6 +331,7 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
         "action_bounds": (list(low), list(high)) if low is not None and high is not None else None,
         "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
         "data_options": data.get("options") if isinstance(data, dict) else None,
+        "processes": int(data.get("world_size", 1)) if isinstance(data, dict) and data else None,
         "resumable": all(k in ckpt for k in ("optimizer_states", "loops")),
         "train_seconds": timer_train_seconds(ckpt),
     }

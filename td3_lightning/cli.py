@@ -59,7 +59,7 @@ from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
-from td3_lightning.resources import available_memory, check_replay_memory, warn_if_disk_short
+from td3_lightning.resources import available_memory, check_replay_memory, warn_if_cores_short, warn_if_disk_short
 from td3_lightning.stops import StopNotice, stop_of
 from td3_lightning.trainer_options import (
     SEED_RANGE,
@@ -461,6 +461,12 @@ class TD3CLI(LightningCLIHooks):
                 f"checkpoint {path} holds no optimizer or loop state (a slim or weights-only checkpoint): "
                 "test and validate take it, fit cannot resume from it"
             )
+        trainer = cli_config_value(self, self.config, "trainer", default={}) or {}
+        if self.subcommand == "fit" and facts["processes"] not in (None, requested_processes(trainer)):
+            raise UserInputError(  # the words the datamodule's load says too (a Python run's check)
+                f"the checkpoint's replay buffer was saved by {facts['processes']} process(es), this run has "
+                f"{requested_processes(trainer)}: resume with the same number of processes (trainer.devices x "
+                "trainer.num_nodes)")
         capacity = facts["replay_capacity"]
         if self.subcommand == "fit" and capacity is not None and capacity != self.datamodule.buffer_size:
             raise UserInputError(
@@ -490,6 +496,7 @@ class TD3CLI(LightningCLIHooks):
             check_replay_memory(needed, dm.buffer_size, torch.cuda.mem_get_info()[0], "GPU memory")
         elif not on_gpu:
             check_replay_memory(needed * requested_processes(trainer), dm.buffer_size, available_memory())
+            warn_if_cores_short(requested_processes(trainer), os.cpu_count())
         max_steps = trainer.get("max_steps") or -1
         filled = dm.buffer_size if max_steps < 0 else min(dm.buffer_size, dm.warmup_steps + max_steps * dm.num_envs)
         if dm.save_replay:

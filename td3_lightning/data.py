@@ -534,6 +534,7 @@ class ReplayDataModule(L.LightningDataModule):
             else [],
             "replay": self.buffer.state_dict() if (self.buffer is not None and self.save_replay
                                                    and not self._replay_left_out) else None,
+            "replay_left_out": self._replay_left_out,  # a best checkpoint: its run's last.ckpt holds the buffer
             "options": {name: getattr(self, name) for name in TRAINING_OPTIONS},  # told back if a resume changes one
         }
         return pack_rank_states(self.trainer, state)  # under DDP: every rank's buffer
@@ -559,9 +560,10 @@ class ReplayDataModule(L.LightningDataModule):
         if state.get("replay") is not None:
             self.buffer.load_state_dict(state["replay"])
         else:
+            why = "a best checkpoint: its run's last.ckpt holds it" if state.get("replay_left_out") \
+                else "data.save_replay was off"
             warnings.warn(
-                "the checkpoint has no replay buffer (a best checkpoint: last.ckpt holds it; or data.save_replay "
-                "was off): the buffer is refilled from "
+                f"the checkpoint has no replay buffer ({why}): the buffer is refilled from "
                 f"scratch with {self.warmup_steps} warm-up steps",
                 stacklevel=2,
             )

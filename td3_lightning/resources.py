@@ -61,3 +61,10 @@ def warn_if_disk_short(folder: str, needed: int, what: str) -> None:
         rank_zero_warn(f"the run's checkpoints will need about {gigabytes(needed)} ({what}) and {base} has "
                        f"{gigabytes(free)} free: free space, or lower data.buffer_size, or set data.save_replay false "
                        "(a resume then refills the buffer)")
+
+
+def warn_if_cores_short(processes: int, cores: int | None) -> None:
+    """Warn when a fit runs more CPU processes than the machine has cores (each then runs far slower)."""
+    if cores is not None and processes > cores:
+        rank_zero_warn(f"trainer.devices asks for {processes} processes on {cores} CPU cores: they slow each other "
+                       f"down; use at most {cores} (or a GPU)")

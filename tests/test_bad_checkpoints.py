@@ -807,6 +807,6 @@ def test_the_best_checkpoints_leave_the_replay_to_last_ckpt(tmp_path, monkeypatc
     main(["fit", *RUN, "--checkpoint.save_last", "false"])
     kept = next((tmp_path / "lightning_logs/version_1/checkpoints").glob("best-step*.ckpt"))
     assert torch.load(kept, weights_only=False)["ReplayDataModule"]["replay"]["pos"] > 100
-    with pytest.warns(UserWarning, match=r"the checkpoint has no replay buffer \(a best checkpoint: last.ckpt holds "
-                                         r"it; or data.save_replay was off\): the buffer is refilled from scratch"):
+    with pytest.warns(UserWarning, match=r"the checkpoint has no replay buffer \(a best checkpoint: its run's "
+                                         r"last.ckpt holds it\): the buffer is refilled from scratch"):
         main(["fit", *RUN, "--trainer.max_steps", "90", "--ckpt_path", str(best[0])])

@@ -132,7 +132,8 @@ def _check_counters(ckpt: dict, steps: int | None = None) -> int:
         assert step == steps
     meta = ckpt["td3_lightning"]
     assert meta["num_critic_updates"] == step and meta["num_actor_updates"] == step // 2
-    assert ckpt["ReplayDataModule"]["replay"]["size"] == WARMUP + step  # one transition per step
+    replay = ckpt["ReplayDataModule"]["replay"]  # None in a best checkpoint: its run's last.ckpt holds it
+    assert replay["size"] == WARMUP + step if replay is not None else ckpt["ReplayDataModule"]["replay_left_out"]
     assert ckpt["callbacks"]["EnvLoop"]["env_steps"] == WARMUP + step
     critic_state, actor_state = (s["state"] for s in ckpt["optimizer_states"])
     assert all(int(s["step"]) == step for s in critic_state.values())
@@ -190,6 +191,7 @@ def test_sigkill_at_random_moments_never_corrupts_checkpoints(tmp_path, cli_env)
     assert final.returncode == 0, final.stderr[-3000:]
     newest = max((p for p in _checkpoints(tmp_path) if p.name == "last.ckpt"), key=lambda p: p.stat().st_mtime_ns)
     _check_counters(torch.load(newest, weights_only=True), steps=MAX_STEPS)
+    assert torch.load(newest, weights_only=True)["ReplayDataModule"]["replay"] is not None  # last.ckpt resumes
     assert mid_write >= 1, "no kill landed during a checkpoint write"
     assert 0 < max(steps_seen) < MAX_STEPS
 

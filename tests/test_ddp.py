@@ -154,3 +154,4 @@ def test_resume_with_another_number_of_processes_is_one_line(ddp_runs, cli_env):
         "error: the checkpoint's replay buffer was saved by 2 process(es), this run has 1: resume with the same "
         "number of processes (trainer.devices x trainer.num_nodes)"
     ]
+    assert not (ddp_runs / "C").exists()  # refused before anything is written

@@ -62,7 +62,7 @@ def test_a_disk_that_fills_during_a_write_keeps_the_previous_file_and_says_so(tm
     monkeypatch.setattr(checkpointing.torch, "save", _full_disk)
     with pytest.raises(DiskFullError) as caught:
         atomic_torch_save({"step": 2}, target)
-    assert str(caught.value).startswith(f"no space left on the device while writing {target} (")
+    assert str(caught.value).startswith(f"writing {target} failed: No space left on device (")
     assert str(caught.value).endswith(f"free in {tmp_path}); what was there before is kept: free some space (or "
                                       "lower data.buffer_size, or set data.save_replay false) and go on with "
                                       "--ckpt_path last")
@@ -92,5 +92,21 @@ def test_a_fit_whose_disk_fills_ends_with_one_line(tmp_path, monkeypatch, capsys
     assert "Traceback" not in captured
     last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
     assert exit_info.value.code == 2 and len(err) == 1, err
-    assert err[0].startswith("error: no space left on the device while writing ") and "go on with --ckpt_path" in err[0]
+    assert err[0].startswith("error: writing ") and "failed: No space left on device (" in err[0]
+    assert err[0].endswith("go on with --ckpt_path last")
     assert torch.load(last, weights_only=False)["global_step"] == 40  # the one written before the disk filled
+
+
+def test_more_cpu_processes_than_cores_are_warned_of():
+    from td3_lightning.resources import warn_if_cores_short
+
+    with pytest.warns(UserWarning) as caught:
+        warn_if_cores_short(3, 2)
+    assert [str(w.message) for w in caught] == [
+        "trainer.devices asks for 3 processes on 2 CPU cores: they slow each other down; use at most 2 (or a GPU)"]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_cores_short(2, 2)
+        warn_if_cores_short(4, None)  # cores not known: not told
