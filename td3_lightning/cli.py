@@ -35,7 +35,7 @@ from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
 from td3_lightning.callbacks import TEST_RESULTS, RLProgressBar, TestReport, check_progress_bar_options
 from td3_lightning.captured import check_capture_options
-from td3_lightning.distributed import requested_processes, wants_cuda
+from td3_lightning.distributed import device_count, requested_processes, wants_cuda
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
@@ -59,7 +59,7 @@ from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
-from td3_lightning.resources import available_memory, check_replay_memory, warn_if_cores_short, warn_if_disk_short
+from td3_lightning.resources import available_cores, available_memory, check_replay_memory, warn_if_cores_short, warn_if_disk_short
 from td3_lightning.stops import StopNotice, stop_of
 from td3_lightning.trainer_options import (
     SEED_RANGE,
@@ -365,7 +365,7 @@ class TD3CLI(LightningCLIHooks):
             raise UserInputError(
                 f"checkpoint {ckpt}: its model hyperparameters do not fit TD3 ({one_line_parse_error(str(err))})"
             ) from None
-        if self._ckpt_facts is not None:  # options the checkpoint predates: the defaults it was trained with
+        if self._ckpt_facts is not None and self._ckpt_facts["model"]:  # options it predates: their defaults
             self._set_predated_model_options(self.config[subcommand]["model"], self._ckpt_facts["model"])
         if given:
             self._refuse_replaced_options(subcommand, ckpt, given)
@@ -487,23 +487,30 @@ class TD3CLI(LightningCLIHooks):
                                    f"{self.subcommand}'s: add {' '.join(overrides)} {purpose}",)
 
     def _check_replay_resources(self) -> None:
-        """The replay buffer fits in the memory of its device (refused otherwise), and the disk the checkpoints that
-        hold it (``last.ckpt`` and its atomic replacement) will need (warned of)."""
+        """The replay buffer fits in the memory of its device (refused otherwise; each process on this node has one),
+        the disk holds the checkpoints that carry it (warned of), and the cores the processes (warned of)."""
         dm, trainer = self.datamodule, cli_config_value(self, self.config, "trainer", default={}) or {}
+        checkpoint = cli_config_value(self, self.config, "checkpoint", default={}) or {}
+        per_node = device_count(trainer.get("devices") or "auto", wants_cuda(trainer))
         needed = dm.replay_bytes()
         on_gpu = dm.buffer_device.startswith("cuda") or (dm.buffer_device == "auto" and wants_cuda(trainer))
-        if on_gpu and torch.cuda.is_available():
-            check_replay_memory(needed, dm.buffer_size, torch.cuda.mem_get_info()[0], "GPU memory")
+        if on_gpu and per_node == 1 and torch.cuda.is_available():  # one process: no fork that CUDA would break
+            device = torch.device(dm.buffer_device if dm.buffer_device.startswith("cuda") else "cuda")
+            check_replay_memory(needed, dm.buffer_size, torch.cuda.mem_get_info(device)[0], "GPU memory")
         elif not on_gpu:
-            check_replay_memory(needed * requested_processes(trainer), dm.buffer_size, available_memory())
-            warn_if_cores_short(requested_processes(trainer), os.cpu_count())
+            check_replay_memory(needed, dm.buffer_size, available_memory(), processes=per_node)
+            warn_if_cores_short(per_node, available_cores())
         max_steps = trainer.get("max_steps") or -1
         filled = dm.buffer_size if max_steps < 0 else min(dm.buffer_size, dm.warmup_steps + max_steps * dm.num_envs)
-        if dm.save_replay:
-            folder = (cli_config_value(self, self.config, "checkpoint", default={}) or {}).get("dirpath") \
-                or trainer.get("default_root_dir") or os.getcwd()
-            warn_if_disk_short(folder, 2 * needed * filled // dm.buffer_size,
-                               f"last.ckpt holds {filled} transitions of the replay buffer")
+        if dm.save_replay and checkpoint.get("save_last") is not False:
+            where, copies = "last.ckpt holds", 2  # and its replacement, written beside it
+        elif dm.save_replay:
+            where, copies = "each kept checkpoint holds", max(int(checkpoint.get("save_top_k") or 1), 1) + 1
+        else:
+            return
+        folder = checkpoint.get("dirpath") or trainer.get("default_root_dir") or os.getcwd()
+        warn_if_disk_short(folder, copies * needed * filled // dm.buffer_size,
+                           f"{where} {filled} transitions of the replay buffer")
 
     def _check_privileged_critic(self, ours: bool) -> None:
         """The checkpoint's critics read what this run's would (``ours``: a privileged state)."""
@@ -636,7 +643,7 @@ class TD3CLI(LightningCLIHooks):
         if config.get("enable_progress_bar") is False:
             callbacks = [c for c in callbacks if not isinstance(c, RLProgressBar)]
         given = [*(config.get("callbacks") or []), *callbacks]
-        for default in (EnvLoop, HpMetric, StopNotice):  # the env loop feeds the replay; hp_metric for TensorBoard  # the env loop feeds the replay; hp_metric for TensorBoard
+        for default in (EnvLoop, HpMetric, StopNotice):  # the env loop feeds the replay; hp_metric for TensorBoard; a stop's line
             if not any(isinstance(c, default) for c in given):
                 callbacks = [*callbacks, default()]
         return callbacks

@@ -13,8 +13,8 @@ from td3_lightning.errors import UserInputError
 
 
 def gigabytes(n: float) -> str:
-    """``n`` bytes as the user reads them: ``3.7 GB``, ``120 MB``."""
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+    """``n`` bytes as the user reads them: ``3.7 GB``, ``120 MB``, ``300 kB``."""
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
 def available_memory() -> int | None:
@@ -31,17 +31,27 @@ def available_memory() -> int | None:
         return None
 
 
-def check_replay_memory(needed: int, buffer_size: int, available: int | None, where: str = "memory") -> None:
-    """Refuse a replay buffer of ``needed`` bytes (``buffer_size`` transitions) that ``available`` bytes of ``where``
-    cannot hold (None: not known, not checked)."""
-    if available is None or needed <= available:
+def available_cores() -> int | None:
+    """The CPU cores this process may run on (its affinity), or None where unknown."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
+def check_replay_memory(needed: int, buffer_size: int, available: int | None, where: str = "memory",
+                        processes: int = 1) -> None:
+    """Refuse a replay buffer of ``needed`` bytes (``buffer_size`` transitions), one in each of ``processes``, that
+    ``available`` bytes of ``where`` cannot hold (None: not known, not checked)."""
+    if available is None or needed * processes <= available:
         return
     per = needed / max(buffer_size, 1)
-    fits = int(available * 0.9 / per)  # leave room for the networks and the envs
+    fits = int(available * 0.9 / processes / per)  # a tenth left for the networks and the envs
+    each = f", in each of {processes} processes" if processes > 1 else ""
     raise UserInputError(
-        f"the replay buffer needs {gigabytes(needed)} (data.buffer_size {buffer_size} x {per:.0f} bytes per "
-        f"transition), more than the {gigabytes(available)} of {where} available; lower data.buffer_size to at "
-        f"most {fits}")
+        f"the replay buffer needs {gigabytes(needed * processes)} (data.buffer_size {buffer_size} x {per:.0f} bytes "
+        f"per transition{each}), more than the {gigabytes(available)} of {where} available; lower data.buffer_size "
+        f"to at most {fits}")
 
 
 def _nearest_existing(path: Path) -> Path:

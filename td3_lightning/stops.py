@@ -82,10 +82,11 @@ class StopNotice(L.Callback):
                 else "SIGTERM" if isinstance(exception, SIGTERMException) else None)
         if name is None or trainer.state.fn != "fit":
             return
-        last = next((Path(c.dirpath) / f"{c.CHECKPOINT_NAME_LAST}{c.FILE_EXTENSION}" for c in trainer.callbacks
-                     if isinstance(c, ModelCheckpoint) and c.dirpath and c.save_last), None)
-        if last is None or not last.is_file():
-            last = Path(trainer.ckpt_path) if trainer.ckpt_path and Path(trainer.ckpt_path).is_file() else None
+        written = next((c.last_model_path for c in trainer.callbacks  # by this run: not an older run's file there
+                        if isinstance(c, ModelCheckpoint) and c.last_model_path), "")
+        last = Path(written) if written and Path(written).is_file() else None
+        if last is None and trainer.ckpt_path and Path(trainer.ckpt_path).is_file():
+            last = Path(trainer.ckpt_path)  # nothing written yet: the checkpoint it resumed from
         self.stop = Stop(name, trainer.global_step, trainer.max_steps, last,
                          checkpoint_step(last) if last is not None else None)
 

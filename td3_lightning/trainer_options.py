@@ -105,8 +105,8 @@ def check_folder_option(option: str, path: Any) -> None:
         try:
             os.rmdir(tempfile.mkdtemp(prefix=".td3_write_check_", dir=target))
         except OSError as err:
-            raise UserInputError(f"{option} {path}: this folder cannot be written ({err.strerror}); give a folder "
-                                 "you can write to") from None
+            raise UserInputError(f"{option} {path}: no file can be created in this folder ({err.strerror}); give a "
+                                 "folder you can write to") from None
     if missing is not None:  # can it be created? (made and removed again: nothing is left)
         try:
             missing.mkdir()
@@ -193,7 +193,9 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
     if clip not in (None, 0):
         raise UserInputError(f"trainer.gradient_clip_val must be null: TD3 steps its optimizers itself (manual "
                              f"optimization), so Lightning cannot clip its gradients; got {clip}")
-    check_folder_option("trainer.default_root_dir", trainer.get("default_root_dir"))
+    root = trainer.get("default_root_dir")  # unset: the current folder, where the run folders go
+    check_folder_option("trainer.default_root_dir" if root else "the current folder (trainer.default_root_dir)",
+                        root or os.getcwd())
     loggers = trainer.get("logger")
     for logger in loggers if isinstance(loggers, list) else [loggers]:  # a logger given as class_path/init_args
         init_args = logger.get("init_args") if isinstance(logger, Mapping) else None

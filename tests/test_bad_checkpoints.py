@@ -810,3 +810,14 @@ def test_the_best_checkpoints_leave_the_replay_to_last_ckpt(tmp_path, monkeypatc
     with pytest.warns(UserWarning, match=r"the checkpoint has no replay buffer \(a best checkpoint: its run's "
                                          r"last.ckpt holds it\): the buffer is refilled from scratch"):
         main(["fit", *RUN, "--trainer.max_steps", "90", "--ckpt_path", str(best[0])])
+
+
+def test_a_checkpoint_without_hyperparameters_plays_with_the_configured_model(real_ckpt, tmp_path, monkeypatch):
+    """No options recorded at all: nothing to read as predated, the configured model options build the networks."""
+    monkeypatch.chdir(tmp_path)
+    loaded = torch.load(real_ckpt, weights_only=False)
+    del loaded["hyper_parameters"]
+    torch.save(loaded, tmp_path / "nohp.ckpt")
+    main(["test", "--config", "pendulum.yaml", "--model.hidden_dims", "[16, 16]", "--data.test_episodes", "1",
+          "--ckpt_path", "nohp.ckpt"])
+    assert (tmp_path / "lightning_logs/version_0/test_results.json").is_file()

@@ -38,6 +38,11 @@ def test_a_replay_the_memory_cannot_hold_is_one_line_with_the_size_that_fits():
     assert str(caught.value) == (
         "the replay buffer needs 33000.0 GB (data.buffer_size 1000000000000 x 33 bytes per transition), more than "
         "the 16.0 GB of memory available; lower data.buffer_size to at most 436363636")
+    with pytest.raises(UserInputError) as caught:  # one buffer in each process of this node
+        check_replay_memory(33 * 10**9, 10**9, 40 * 10**9, processes=2)
+    assert str(caught.value) == (
+        "the replay buffer needs 66.0 GB (data.buffer_size 1000000000 x 33 bytes per transition, in each of 2 "
+        "processes), more than the 40.0 GB of memory available; lower data.buffer_size to at most 545454545")
 
 
 def test_a_fit_whose_checkpoints_will_not_fit_on_the_disk_is_warned(tmp_path, monkeypatch):
@@ -49,7 +54,7 @@ def test_a_fit_whose_checkpoints_will_not_fit_on_the_disk_is_warned(tmp_path, mo
         f"the run's checkpoints will need about 2.0 GB (last.ckpt holds 1000 transitions) and {tmp_path} has 5 MB "
         "free: free space, or lower data.buffer_size, or set data.save_replay false (a resume then refills the "
         "buffer)"]
-    assert gigabytes(3.66e9) == "3.7 GB" and gigabytes(120e6) == "120 MB"
+    assert gigabytes(3.66e9) == "3.7 GB" and gigabytes(120e6) == "120 MB" and gigabytes(3e5) == "300 kB"
 
 
 def _full_disk(*args, **kwargs):
@@ -110,3 +115,35 @@ def test_more_cpu_processes_than_cores_are_warned_of():
         warnings.simplefilter("error")
         warn_if_cores_short(2, 2)
         warn_if_cores_short(4, None)  # cores not known: not told
+
+
+def test_a_fit_in_a_current_folder_that_cannot_be_written_is_one_line(monkeypatch, capsys):
+    monkeypatch.chdir("/proc")  # exists, and no file can be made in it
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().startswith(
+        "error: the current folder (trainer.default_root_dir) /proc: no file can be created in this folder (")
+
+
+def test_a_stop_names_the_last_ckpt_of_this_run_only(tmp_path):
+    """A new run stopped before its first checkpoint: an older run's last.ckpt in the same folder is not its own."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from td3_lightning.stops import StopNotice
+
+    older = tmp_path / "last.ckpt"
+    torch.save({"global_step": 200}, older)
+    callback = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    trainer = SimpleNamespace(callbacks=[callback], ckpt_path=None, global_step=42, max_steps=1000,
+                              state=SimpleNamespace(fn="fit"))
+    notice = StopNotice()
+    notice.on_exception(trainer, None, KeyboardInterrupt())
+    assert notice.stop is not None and notice.stop.last is None
+    assert notice.stop.line(["fit"]) == ("stopped by SIGINT at training step 42 of 1000; no checkpoint was written "
+                                         "yet: run the same command again to start over")
+    callback.last_model_path = str(older)  # written by this run
+    notice.on_exception(trainer, None, KeyboardInterrupt())
+    assert (notice.stop.last, notice.stop.last_step) == (older, 200)
