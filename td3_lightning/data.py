@@ -565,7 +565,7 @@ class ReplayDataModule(L.LightningDataModule):
             warnings.warn(
                 f"the checkpoint has no replay buffer ({why}): the buffer is refilled from "
                 f"scratch with {self.warmup_steps} warm-up steps",
-                stacklevel=2,
+                stacklevel=1,  # Lightning calls this: told as this package's (a warning: line)
             )
         if state.get("sample_rng") is not None and self._sample_gen is not None:
             self._sample_gen.set_state(state["sample_rng"])

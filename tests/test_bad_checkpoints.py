@@ -808,8 +808,10 @@ def test_the_best_checkpoints_leave_the_replay_to_last_ckpt(tmp_path, monkeypatc
     kept = next((tmp_path / "lightning_logs/version_1/checkpoints").glob("best-step*.ckpt"))
     assert torch.load(kept, weights_only=False)["ReplayDataModule"]["replay"]["pos"] > 100
     with pytest.warns(UserWarning, match=r"the checkpoint has no replay buffer \(a best checkpoint: its run's "
-                                         r"last.ckpt holds it\): the buffer is refilled from scratch"):
+                                         r"last.ckpt holds it\): the buffer is refilled from scratch") as caught:
         main(["fit", *RUN, "--trainer.max_steps", "90", "--ckpt_path", str(best[0])])
+    told = next(w for w in caught if "no replay buffer" in str(w.message))
+    assert Path(told.filename).name == "data.py"  # the package's: printed as one `warning:` line
 
 
 def test_a_checkpoint_without_hyperparameters_plays_with_the_configured_model(real_ckpt, tmp_path, monkeypatch):
