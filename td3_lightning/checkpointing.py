@@ -456,17 +456,24 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
     return selected_checkpoint(newest) or newest if kind == "best" and selected else newest
 
 
-def trained_env_id(path: Path) -> str | None:
-    """The env id a checkpoint was trained on (read memory-mapped), or None if it does not say or cannot be read."""
+def peek_checkpoint(path: str | Path) -> dict[str, Any] | None:
+    """A checkpoint's plain data, read memory-mapped (tensors stay on disk), or None if it cannot be read safely
+    (the checks of a file that is then used say why)."""
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings():  # torch warns about odd bytes
             warnings.simplefilter("ignore")
             ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
-        data = ckpt.get(DATAMODULE_KEY) if isinstance(ckpt.get(DATAMODULE_KEY), dict) else {}
-        env = data.get("env_id") or ((ckpt.get(CHECKPOINT_KEY) or {}).get("env") or [None])[0]
-        return env if isinstance(env, str) else None
-    except Exception:  # noqa: BLE001 - unreadable: the checks of the chosen file say why
+    except Exception:  # noqa: BLE001 - not readable as plain data
         return None
+    return ckpt if isinstance(ckpt, dict) else None
+
+
+def trained_env_id(path: Path) -> str | None:
+    """The env id a checkpoint was trained on, or None if it does not say or cannot be read."""
+    ckpt = peek_checkpoint(path) or {}
+    data = ckpt.get(DATAMODULE_KEY) if isinstance(ckpt.get(DATAMODULE_KEY), dict) else {}
+    env = data.get("env_id") or ((ckpt.get(CHECKPOINT_KEY) or {}).get("env") or [None])[0]
+    return env if isinstance(env, str) else None
 
 
 def _of_the_env(candidates: list[Path], env_id: str | None, kind: str, described: str, fit: bool) -> list[Path]:

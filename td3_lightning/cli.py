@@ -35,7 +35,7 @@ from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
 from td3_lightning.callbacks import TEST_RESULTS, RLProgressBar, TestReport, check_progress_bar_options
 from td3_lightning.captured import check_capture_options
-from td3_lightning.distributed import device_count, requested_processes, wants_cuda
+from td3_lightning.distributed import check_same_processes, device_count, requested_processes, wants_cuda
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
@@ -59,7 +59,13 @@ from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
-from td3_lightning.resources import available_cores, available_memory, check_replay_memory, warn_if_cores_short, warn_if_disk_short
+from td3_lightning.resources import (
+    available_cores,
+    available_memory,
+    check_replay_memory,
+    warn_if_cores_short,
+    warn_if_disk_short,
+)
 from td3_lightning.stops import StopNotice, stop_of
 from td3_lightning.trainer_options import (
     SEED_RANGE,
@@ -461,12 +467,9 @@ class TD3CLI(LightningCLIHooks):
                 f"checkpoint {path} holds no optimizer or loop state (a slim or weights-only checkpoint): "
                 "test and validate take it, fit cannot resume from it"
             )
-        trainer = cli_config_value(self, self.config, "trainer", default={}) or {}
-        if self.subcommand == "fit" and facts["processes"] not in (None, requested_processes(trainer)):
-            raise UserInputError(  # the words the datamodule's load says too (a Python run's check)
-                f"the checkpoint's replay buffer was saved by {facts['processes']} process(es), this run has "
-                f"{requested_processes(trainer)}: resume with the same number of processes (trainer.devices x "
-                "trainer.num_nodes)")
+        if self.subcommand == "fit" and facts["processes"] is not None:  # before a run folder is written
+            trainer = cli_config_value(self, self.config, "trainer", default={}) or {}
+            check_same_processes(facts["processes"], requested_processes(trainer))
         capacity = facts["replay_capacity"]
         if self.subcommand == "fit" and capacity is not None and capacity != self.datamodule.buffer_size:
             raise UserInputError(
@@ -643,7 +646,8 @@ class TD3CLI(LightningCLIHooks):
         if config.get("enable_progress_bar") is False:
             callbacks = [c for c in callbacks if not isinstance(c, RLProgressBar)]
         given = [*(config.get("callbacks") or []), *callbacks]
-        for default in (EnvLoop, HpMetric, StopNotice):  # the env loop feeds the replay; hp_metric for TensorBoard; a stop's line
+        # the env loop feeds the replay; hp_metric for TensorBoard; StopNotice the line of a stopped fit
+        for default in (EnvLoop, HpMetric, StopNotice):
             if not any(isinstance(c, default) for c in given):
                 callbacks = [*callbacks, default()]
         return callbacks

@@ -36,15 +36,19 @@ def pack_rank_states(trainer: L.Trainer | None, state: dict[str, Any]) -> dict[s
     return {**gathered[0], "world_size": trainer.world_size, "other_ranks": gathered[1:]}
 
 
-def unpack_rank_state(trainer: L.Trainer | None, state: dict[str, Any], what: str) -> dict[str, Any]:
-    """This rank's part of a state written by :func:`pack_rank_states`."""
-    saved = int(state.get("world_size", 1))
-    world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+def check_same_processes(saved: int, world: int, what: str = "replay buffer") -> None:
+    """A checkpoint's per-rank state (saved by ``saved`` processes) resumes only with as many (``world``)."""
     if saved != world:
         raise UserInputError(
             f"the checkpoint's {what} was saved by {saved} process(es), this run has {world}: resume with the same "
             "number of processes (trainer.devices x trainer.num_nodes)"
         )
+
+
+def unpack_rank_state(trainer: L.Trainer | None, state: dict[str, Any], what: str) -> dict[str, Any]:
+    """This rank's part of a state written by :func:`pack_rank_states`."""
+    world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+    check_same_processes(int(state.get("world_size", 1)), world, what)
     if rank == 0:
         return {k: v for k, v in state.items() if k not in ("world_size", "other_ranks")}
     return state["other_ranks"][rank - 1]

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from td3_lightning.checkpointing import atomic_path
 from td3_lightning.errors import UserInputError
+from td3_lightning.stops import stop_signal
 
 
 #: the formats of the plot, by file name ending
@@ -76,7 +76,7 @@ class LearningCurve(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         """A fit stopped by Ctrl-C or SIGTERM draws the curve so far (no collective: the ranks may be gone)."""
-        if trainer.state.fn == "fit" and isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
+        if stop_signal(trainer, exception) is not None:
             self._draw(trainer, trainer.loggers[0].log_dir if trainer.loggers else trainer.default_root_dir)
 
     def _draw(self, trainer: L.Trainer, log_dir: str | None) -> None:

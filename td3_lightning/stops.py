@@ -8,15 +8,15 @@ Lightning ends such a fit with exit status 1 (SIGINT) or 0 (SIGTERM, which a scr
 from __future__ import annotations
 
 import shlex
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from td3_lightning.checkpointing import peek_checkpoint
 
 #: the exit status of a fit stopped by each signal (the shell's 128 + the signal's number)
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
@@ -61,13 +61,17 @@ def _with_ckpt_path(argv: list[str], path: str) -> list[str]:
 
 
 def checkpoint_step(path: Path) -> int | None:
-    """The training step a checkpoint was written at (read memory-mapped), or None if it cannot be read."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
-    except Exception:  # noqa: BLE001 - a file being replaced, or not a checkpoint: said as unknown
+    """The training step a checkpoint was written at, or None if it cannot be read (a file being replaced)."""
+    step = (peek_checkpoint(path) or {}).get("global_step")
+    return int(step) if isinstance(step, int) else None
+
+
+def stop_signal(trainer: L.Trainer, exception: BaseException) -> str | None:
+    """``SIGINT`` (Ctrl-C) or ``SIGTERM`` when ``exception`` is a fit's stop by that signal, else None."""
+    if trainer.state.fn != "fit":
         return None
+    return ("SIGINT" if isinstance(exception, KeyboardInterrupt)
+            else "SIGTERM" if isinstance(exception, SIGTERMException) else None)
 
 
 class StopNotice(L.Callback):
@@ -78,9 +82,8 @@ class StopNotice(L.Callback):
         self.stop: Stop | None = None
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        name = ("SIGINT" if isinstance(exception, KeyboardInterrupt)
-                else "SIGTERM" if isinstance(exception, SIGTERMException) else None)
-        if name is None or trainer.state.fn != "fit":
+        name = stop_signal(trainer, exception)
+        if name is None:
             return
         written = next((c.last_model_path for c in trainer.callbacks  # by this run: not an older run's file there
                         if isinstance(c, ModelCheckpoint) and c.last_model_path), "")
