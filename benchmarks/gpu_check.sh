@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of --model.compile_mode cudagraphs, in one run of at most 9 minutes on one H100 or H200:
+# The GPU check of --model.compile_mode cudagraphs, in one run of at most 10 minutes on one H100 or H200:
 #
 #   bash benchmarks/gpu_check.sh        # results in $OUT (the device tool's folder) or ./gpu_check
 #
@@ -7,7 +7,8 @@
 #    fit resumed from last.ckpt equals an uninterrupted one), besides its CPU tests;
 # 2. lunar: benchmarks/throughput.py --device cuda: LunarLander-v3, 256-256, batch 256, one update per env step:
 #    td3_lightning eager, compile_mode reduce-overhead, compile_mode cudagraphs, and the plain PyTorch loop;
-# 3. car, walker2d: car.yaml and walker2d.yaml for 2000 training steps each, eager against cudagraphs.
+# 3. car, walker2d, td7: car.yaml, walker2d.yaml and halfcheetah_td7.yaml (the TD7 set) for 2000 training steps
+#    each, eager against cudagraphs.
 # Each part has its own time limit; one that fails is reported in the summary and the next one runs. The summary
 # (markdown, for benchmarks/README.md) is printed at the end and kept in summary.md beside each part's output.
 # On a machine without td3_lightning's dependencies (the device image has torch and Lightning, not gymnasium,
@@ -57,7 +58,8 @@ part() {  # part NAME LIMIT_SECONDS COMMAND...: run it, add its markdown (stdout
 }
 
 part tests 120 python3 -m pytest -q -rs -p no:cacheprovider tests/test_captured_update.py
-part lunar 210 python3 benchmarks/throughput.py --device cuda --steps 3000 --repeats 1 --skip sb3
+part lunar 150 python3 benchmarks/throughput.py --device cuda --steps 3000 --repeats 1 --skip sb3
 part car 100 python3 benchmarks/throughput.py --device cuda --configs car --config-steps 2000 --repeats 1
 part walker2d 100 python3 benchmarks/throughput.py --device cuda --configs walker2d --config-steps 2000 --repeats 1
+part td7 150 python3 benchmarks/throughput.py --device cuda --configs halfcheetah_td7 --config-steps 2000 --repeats 1
 cat "$summary"

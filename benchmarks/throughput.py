@@ -15,7 +15,7 @@ Lightning batch; the same training, bit for bit); ``--ablations`` adds one step 
 run alternately with this one, to compare two versions side by side in one run.
 ``--device cuda`` adds td3_lightning with the losses compiled (``compile_mode reduce-overhead``) and with the
 update captured as CUDA graphs (``compile_mode cudagraphs``) beside eager and the plain loop.
-``--configs car walker2d`` times those configs instead, eager against ``cudagraphs`` (``--config-steps``).
+``--configs car walker2d halfcheetah_td7`` times those configs instead, eager against ``cudagraphs`` (``--config-steps``).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def run_plain(steps: int, device: str) -> dict[str, float]:
         batch = buf.sample(256, gen)
         sync()
         t3 = time.perf_counter()
-        loss, _ = model.critic_loss(batch)
+        loss, _, _ = model.critic_loss(batch)
         copt.zero_grad(set_to_none=True)
         loss.backward()
         copt.step()
@@ -200,7 +200,7 @@ GPU_MODES = {
         n, d, ("--model.compile_mode", "cudagraphs")),
 }
 # --configs: reference configs, eager against the captured update
-CONFIGS = ("car", "walker2d")
+CONFIGS = ("car", "walker2d", "halfcheetah_td7")
 CONFIG_MODES = {"eager": (), "cudagraphs": ("--model.compile_mode", "cudagraphs")}
 CONFIG_RUNS = {
     f"{config}.yaml, {mode}": (lambda n, d, c=config, a=args: run_td3_lightning(n, d, a, config=f"{c}.yaml"))

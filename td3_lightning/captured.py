@@ -1,12 +1,12 @@
 """``model.compile_mode cudagraphs``: the TD3 update captured as CUDA graphs and replayed every step.
 
 On a GPU, TD3's update at the usual sizes (256-256 networks, batch 256) costs what launching its hundred-odd
-small kernels costs the CPU. Here the critic update (target with smoothing noise, loss, backward, Adam step)
-and the delayed actor update (loss, backward, Adam step, Polyak update) are each captured once as a
-``torch.cuda.CUDAGraph`` over static batch buffers, and replayed: one launch each. The exploration action is
-one captured call too. The Adam optimizers are capturable, their learning rates device tensors that the
-schedules write into. On the CPU (tests) the same static-buffer functions run eagerly, without the capture.
-Why and what is refused: ``docs/options.md``.
+small kernels costs the CPU. Here the module's own ``td3_update`` (auxiliary losses such as SALE's encoder, the
+critic update, and with the delayed actor update the actor and the targets) is captured once as a
+``torch.cuda.CUDAGraph`` over static batch buffers, with and without the actor update, and replayed: one launch per
+step. The exploration action is one captured call too. The Adam optimizers are capturable, their learning rates
+device tensors that the schedules write into. On the CPU (tests) the same static-buffer update runs eagerly,
+without the capture. Why and what is refused: ``docs/options.md``.
 """
 
 from __future__ import annotations
@@ -52,23 +52,23 @@ def plain_state_dict(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any
 
 
 class CapturedUpdate:
-    """TD3's update (``TD3.td3_update``'s signature and outputs) over static buffers.
+    """``TD3.td3_update`` over static buffers (its signature and result).
 
     ``step(batch, noise, update_actor)`` copies the replay batch and the target-policy noise into the static
-    buffers and replays the critic graph, then with ``update_actor`` the actor graph. The first step (and one
-    with a batch of another layout, or after an optimizer's ``load_state_dict``) warms up with
-    :data:`WARMUP_STEPS` updates, restores every weight and Adam state they changed, and captures. With
-    ``capture`` False (the CPU) the same functions run eagerly every step. Captured outputs are overwritten by
-    the next step. The module's parameters and Adam states must be updated in place (as network resets do).
+    buffers and replays the graph of the update with or without the actor. The first step (and one with a batch
+    of another layout, or after an optimizer's ``load_state_dict``) warms up with :data:`WARMUP_STEPS` updates,
+    restores every weight and Adam state they changed, and captures. With ``capture`` False (the CPU) the same
+    update runs eagerly every step. Captured outputs are overwritten by the next step. The module's parameters and
+    Adam states must be updated in place (as network resets and hard target updates do); its stepper must step
+    ``optimizers`` directly (``Stepper.compile`` sees to it).
     """
 
     eager_on_cpu = False  # True: on the CPU compile_mode cudagraphs runs this update eagerly (tests), not refused
 
     def __init__(self, module: Any, optimizers: Sequence[torch.optim.Optimizer], capture: bool) -> None:
-        check_capture_options({**module.hparams, "compile_mode": "cudagraphs"})  # what it cannot capture (SALE)
         self.module, self.capture, self.device = module, capture, module.device
-        self.critic_optimizer, self.actor_optimizer = optimizers
-        for optimizer in optimizers:
+        self.optimizers = list(optimizers)  # critic, actor, auxiliary losses' (SALE's encoder)
+        for optimizer in self.optimizers:
             make_capturable(optimizer, self.device)
             optimizer.register_state_dict_post_hook(plain_state_dict)
             optimizer.register_load_state_dict_post_hook(self._reload)
@@ -78,50 +78,30 @@ class CapturedUpdate:
         self._layout: tuple[Any, ...] = ()
         self._statics: list[Tensor] = []  # the static buffers in the batch's order, the noise last
         self._by_dtype: list[list[int]] = []  # their indices, by dtype
-        self._graphs: tuple[Any, Any] | None = None  # critic, actor
-        self._outputs: tuple[Tensor, Tensor, Tensor] | None = None  # critic loss, Q values, actor loss
+        self._graphs: dict[bool, tuple[Any, Any]] | None = None  # update_actor -> (graph, its result)
         self._act: tuple[Tensor, Tensor, Any] | None = None  # static observations, action, graph
 
     @classmethod
     def for_module(cls, module: Any) -> CapturedUpdate:
-        """The captured update of a module being fitted (its critic's and actor's optimizers)."""
+        """The captured update of a module being fitted (all its optimizers)."""
         capture = module.device.type == "cuda"
         if not capture and not (cls.eager_on_cpu and module.device.type == "cpu"):
             raise UserInputError(CPU_MESSAGE)
-        return cls(module, [o.optimizer for o in module.optimizers()[:2]], capture)
+        return cls(module, [o.optimizer for o in module.optimizers()], capture)
 
     # ------------------------------------------------------------------ the update
-    def step(self, batch: dict[str, Tensor], noise: Tensor, update_actor: bool) -> tuple[Tensor, Tensor, Tensor | None]:
-        """One TD3 update -> critic loss, the critics' Q values, actor loss (or None)."""
+    def step(self, batch: dict[str, Tensor], noise: Tensor, update_actor: bool) -> Any:
+        """One TD3 update -> its ``UpdateResult`` (captured: static tensors the next step overwrites)."""
         self._load(batch, noise)
         if not self.ready:
             self._prepare()
         if self._graphs is None:
-            critic_loss, q = self._critic_update()
-            return critic_loss, q, self._actor_update() if update_actor else None
-        assert self._outputs is not None
-        self._graphs[0].replay()
-        if update_actor:
-            self._graphs[1].replay()
-        critic_loss, q, actor_loss = self._outputs
-        return critic_loss, q, actor_loss if update_actor else None
+            return self.module.td3_update(self.batch, self.noise, update_actor)
+        graph, result = self._graphs[update_actor]
+        graph.replay()
+        return result
 
     __call__ = step
-
-    def _critic_update(self) -> tuple[Tensor, Tensor]:
-        loss, q = self.module.critic_loss(self.batch, self.noise)
-        self.critic_optimizer.zero_grad(set_to_none=True)  # under capture: backward writes fresh graph-owned grads
-        loss.backward()
-        self.critic_optimizer.step()
-        return loss.detach(), q.detach()
-
-    def _actor_update(self) -> Tensor:
-        loss = self.module.actor_loss(self.batch)
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.actor_optimizer.step()
-        self.module.update_targets()
-        return loss.detach()
 
     def _load(self, batch: dict[str, Tensor], noise: Tensor) -> None:
         """Copy ``batch`` and ``noise`` into the static buffers, one multi-tensor copy per dtype (new buffers, and a
@@ -129,9 +109,6 @@ class CapturedUpdate:
         sources = [*batch.values(), noise]
         layout = (*batch, *((t.shape, t.dtype) for t in sources))
         if layout != self._layout:
-            if "priority" in batch:
-                raise UserInputError(_unsupported("the LAP sampler's priority updates", "data.sampler lap",
-                                                  "data.sampler uniform"))
             self.batch = {k: torch.empty_like(v) for k, v in batch.items()}
             self.noise, self._layout, self.ready = torch.empty_like(noise), layout, False
             self._statics = [*self.batch.values(), self.noise]
@@ -141,27 +118,26 @@ class CapturedUpdate:
             torch._foreach_copy_([self._statics[i] for i in group], [sources[i] for i in group])
 
     def _prepare(self) -> None:
-        """Warm up, undo the warm-up's updates, then capture (on CUDA)."""
-        self._graphs = self._outputs = None
+        """Warm up, undo the warm-up's updates, then capture (on CUDA) the update without and with the actor."""
+        self._graphs = None
         saved = self._snapshot()
-        with self.module.stats.paused():
-            self._on_side_stream(self._warm_up)
-            self._restore(saved)
-            if self.capture:
-                critic_graph, actor_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-                with torch.cuda.graph(critic_graph):
-                    critic_loss, q = self._critic_update()
-                with torch.cuda.graph(actor_graph):
-                    actor_loss = self._actor_update()
-                self._graphs, self._outputs = (critic_graph, actor_graph), (critic_loss, q, actor_loss)
+        self._on_side_stream(self._warm_up)
+        self._restore(saved)
+        if self.capture:
+            self._graphs = {}
+            for update_actor in (False, True):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    result = self.module.td3_update(self.batch, self.noise, update_actor)
+                self._graphs[update_actor] = (graph, result)
         self.ready = True
 
     def _warm_up(self) -> None:
         with warnings.catch_warnings():  # Adam warns that a capturable instance steps uncaptured
             warnings.filterwarnings("ignore", message="This instance was constructed with capturable=True")
             for _ in range(WARMUP_STEPS):
-                self._critic_update()
-                self._actor_update()
+                for update_actor in (False, True):
+                    self.module.td3_update(self.batch, self.noise, update_actor)
 
     def _on_side_stream(self, work: Callable[[], Any]) -> None:
         """``work()`` on a side stream when capturing (torch's recipe for the warm-up before a capture)."""
@@ -174,15 +150,12 @@ class CapturedUpdate:
             work()
         torch.cuda.current_stream(self.device).wait_stream(side)
 
-    def _optimizers(self) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
-        return self.critic_optimizer, self.actor_optimizer
-
     @torch.no_grad()
     def _snapshot(self) -> tuple[dict[str, Tensor], list[dict[Tensor, dict[str, Tensor]]]]:
         """Copies of the module's floating-point state and of the Adam states (before a warm-up)."""
         module_state = {k: v.clone() for k, v in self.module.state_dict().items() if v.is_floating_point()}
         adam = [{p: {k: v.clone() for k, v in state.items() if torch.is_tensor(v)} for p, state in o.state.items()}
-                for o in self._optimizers()]
+                for o in self.optimizers]
         return module_state, adam
 
     @torch.no_grad()
@@ -192,7 +165,7 @@ class CapturedUpdate:
         current = self.module.state_dict()
         for name, value in module_state.items():
             current[name].copy_(value)
-        for optimizer, before in zip(self._optimizers(), adam):
+        for optimizer, before in zip(self.optimizers, adam):
             for p, state in optimizer.state.items():
                 for k, v in state.items():
                     if torch.is_tensor(v) and p in before:
@@ -224,26 +197,10 @@ class CapturedUpdate:
         return action
 
 
-def _unsupported(what: str, option: str, instead: str) -> str:
-    return f"model.compile_mode cudagraphs does not capture {what} ({option}): set {instead} or model.compile_mode none"
-
-
-def check_capture_options(model: Mapping[str, Any], data: Mapping[str, Any] | None = None,
-                          trainer: Mapping[str, Any] | None = None) -> None:
-    """One :class:`UserInputError` line for what ``model.compile_mode cudagraphs`` cannot capture or run on: SALE
-    embeddings, the LAP sampler, several devices or processes, other than 32-bit precision, no CUDA device.
-
-    The module checks its own options; the command line checks the whole parsed config before anything is built."""
+def check_capture_options(model: Mapping[str, Any], trainer: Mapping[str, Any]) -> None:
+    """One :class:`UserInputError` line for what ``model.compile_mode cudagraphs`` cannot run on: several devices
+    or processes, other than 32-bit precision, no CUDA device (the command line, before anything is built)."""
     if model.get("compile_mode") != "cudagraphs":
-        return
-    if model.get("embedding_dim"):
-        raise UserInputError(_unsupported("SALE's encoder update", f"model.embedding_dim {model['embedding_dim']}",
-                                          "model.embedding_dim 0"))
-    data, trainer = data or {}, trainer or {}
-    if data.get("sampler") == "lap":
-        raise UserInputError(_unsupported("the LAP sampler's priority updates", "data.sampler lap",
-                                          "data.sampler uniform"))
-    if not trainer:
         return
     accelerator, cuda = trainer.get("accelerator") or "auto", wants_cuda(trainer)
     strategy, nodes = trainer.get("strategy") or "auto", trainer.get("num_nodes") or 1

@@ -532,7 +532,7 @@ class TD3CLI(LightningCLIHooks):
         trainer = cli_config_value(self, self.config, "trainer", default={}) or {}
         if self.subcommand in ("fit", None):  # None: tune's trials (run=False)
             model, data = (cli_config_value(self, self.config, group, default={}) or {} for group in ("model", "data"))
-            check_capture_options(model, data, trainer)
+            check_capture_options(model, trainer)
             check_policy_checkpoint_options(model, data, requested_processes(trainer),
                                             resumed=bool(self._ckpt_facts))
 

@@ -392,14 +392,17 @@ class ReplayDataModule(L.LightningDataModule):
         """The next training batch: a restored in-flight batch first, then fresh samples."""
         if self._pending:
             batch = self._pending.popleft()
-            if isinstance(self.buffer, ReplayBuffer) and self.buffer.sampler is not None:
-                self.buffer.sampler.track(batch)  # its priorities are read back before the next draw
         else:
             assert self.buffer is not None, "setup('fit') creates the buffer"
             batch = self.buffer.sample(self.batch_size, self._sample_gen)
         self._recent.append(batch)
         self.num_sampled += 1
         return batch
+
+    def update_priorities(self, index: Tensor, priority: Tensor) -> None:
+        """The update's new priorities ``max_i |Q_i(s, a) - y|`` of the prioritised batch with ``index`` (TD7's
+        ``update_priority``): the LAP sampler takes them before its next draw, on the device."""
+        self.buffer.sampler.update(index, priority)  # type: ignore[union-attr]  (only LAP's batches have an index)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         # replay batches are sampled on the training device: skip Lightning's walk over the batch
@@ -570,7 +573,9 @@ class ReplayDataModule(L.LightningDataModule):
         if state.get("sample_rng") is not None and self._sample_gen is not None:
             self._sample_gen.set_state(state["sample_rng"])
         device = self.buffer.device
-        self._pending = deque({k: v.to(device) for k, v in b.items()} for b in state.get("in_flight", []))
+        # (an in-flight LAP batch of a checkpoint before the update returned priorities carries an unfilled one)
+        self._pending = deque({k: v.to(device) for k, v in b.items() if k != "priority"}
+                              for b in state.get("in_flight", []))
 
 
 def check_data_options(options: Mapping[str, Any]) -> None:

@@ -69,8 +69,10 @@ class FixedEncoder(nn.Module):
     def zs(self, obs: Tensor) -> Tensor:
         """``z_s`` of ``obs`` (any float dtype, computed in float32); the last one is kept, since a training
         step asks for it several times (critic, actor, the actor's Q) with the same batch tensor, unchanged,
-        and the same weights. Inference tensors (test, validation) are encoded without the cache."""
-        if torch.jit.is_tracing() or torch.compiler.is_compiling() or obs.is_inference():  # (no version to key on)
+        and the same weights. Inference tensors (test, validation) are encoded without the cache, and so is a CUDA
+        graph's capture (each graph computes its own)."""
+        if (torch.jit.is_tracing() or torch.compiler.is_compiling() or obs.is_inference()  # (no version to key on)
+                or (obs.is_cuda and torch.cuda.is_current_stream_capturing())):
             return self.encoder.zs(obs.float())
         versions = (obs._version, *(p._version for p in self.encoder.parameters()))
         cached = self._cached

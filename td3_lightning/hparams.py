@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from td3_lightning.captured import check_capture_options
 from td3_lightning.errors import UserInputError
 from td3_lightning.extensions import check_extension_options, check_extension_spaces
 from td3_lightning.extensions.teacher import teacher_file
@@ -43,7 +42,6 @@ def check_model_options(hp: Mapping[str, Any]) -> None:
         if not ok:
             raise UserInputError(message)
     check_extension_options(hp)
-    check_capture_options(hp)
 
 
 def check_model_files(hp: Mapping[str, Any]) -> None:

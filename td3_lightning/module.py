@@ -11,7 +11,7 @@ Every option is explained in ``docs/options.md``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import torch
@@ -32,8 +32,19 @@ from td3_lightning.schedules import Schedules, run_length
 from td3_lightning.stats import TrainingStatistics
 from td3_lightning.stepping import ACTOR, AUXILIARY, COMPILE_MODES, CRITIC, Stepper
 
-__all__ = ["TD3", "NonFiniteError", "COMPILE_MODES"]
+__all__ = ["TD3", "NonFiniteError", "COMPILE_MODES", "UpdateResult"]
 COUNTS = ("num_critic_updates", "num_actor_updates")  # saved in the checkpoint's td3_lightning section
+
+
+class UpdateResult(NamedTuple):
+    """What one update hands on: its losses and Q values ``(critics, batch)``, for the statistics and the guard; the
+    values of the auxiliary losses and actor-loss terms by name (``train/<name>``); a prioritised batch's priorities."""
+
+    critic_loss: Tensor
+    q: Tensor
+    actor_loss: Tensor | None
+    terms: dict[str, Tensor]
+    priority: Tensor | None
 
 
 class TD3(L.LightningModule):
@@ -89,29 +100,19 @@ class TD3(L.LightningModule):
         self, obs_shape: list[int], action_low: list[float], action_high: list[float],  # the env's, linked by the CLI
         critic_obs_shape: list[int] | None = None,
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
-        layer_norm: bool = False,
-        normalize_obs: bool = False,
+        layer_norm: bool = False, normalize_obs: bool = False,
         embedding_dim: int = 0, embedding_lr: float = 3e-4,
-        num_critics: int = 2,
-        gamma: float = 0.99, tau: float = 0.005,
-        target_update_every: int = 0,
-        value_clipping: bool = False,
-        actor_q: str = "first",
+        num_critics: int = 2, gamma: float = 0.99, tau: float = 0.005,
+        target_update_every: int = 0, value_clipping: bool = False, actor_q: str = "first",
         policy_checkpoints: bool = False, checkpoint_episodes: int = 20, checkpoint_after: int = 750000,
         policy_noise: float = 0.2, noise_clip: float = 0.5, policy_freq: int = 2,
-        exploration_noise: float = 0.1,
-        actor_lr: float = 3e-4, critic_lr: float = 3e-4,
-        exploration_noise_final: float | None = None,
-        lr_final_factor: float = 1.0,
-        schedule_steps: int | None = None,
+        exploration_noise: float = 0.1, actor_lr: float = 3e-4, critic_lr: float = 3e-4,
+        exploration_noise_final: float | None = None, lr_final_factor: float = 1.0, schedule_steps: int | None = None,
         preactivation_penalty: float = 0.0,
         reset_steps: list[int] = [],  # noqa: B006 - list default shows in --help
         encoder: str = "auto", encoder_features: int = 50, shared_encoder: bool = True,
-        state_prediction: float = 0.0,
-        teacher: str | None = None, teacher_weight: float = 1.0,
-        random_shift: int = 0,
-        flush_denormal: bool = True,
-        compile_mode: str = "none",
+        state_prediction: float = 0.0, teacher: str | None = None, teacher_weight: float = 1.0,
+        random_shift: int = 0, flush_denormal: bool = True, compile_mode: str = "none",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -145,24 +146,28 @@ class TD3(L.LightningModule):
         not_done = 1.0 - batch["terminated"].float()  # a time limit (truncated) still bootstraps; discount: n-step's
         return self.extensions.target_value(batch["reward"], batch.get("discount", hp.gamma) * not_done, next_q)
 
-    def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on prioritised batches) and the Q values ``(critics, batch)``."""
+    def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None
+                    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on a prioritised batch, which has ``index``), the Q values
+        ``(critics, batch)`` and, for a prioritised batch, its new priorities ``max_i |Q_i(s, a) - y|`` (else None)."""
         q = self.critic(critic_view(batch), batch["action"])
         td = q - self.td_target(batch, noise)
-        if "priority" in batch:  # a prioritised batch (data.sampler lap): LAP's loss; the new priorities go back
-            batch["priority"].copy_(td.detach().abs().max(dim=0).values)
-            return lap_loss(td), q
-        return td.pow(2).mean(dim=1).sum(), q
+        if "index" in batch:  # drawn by priority (data.sampler lap): LAP's loss, and the errors for the sampler
+            return lap_loss(td), q, td.detach().abs().max(dim=0).values
+        return td.pow(2).mean(dim=1).sum(), q, None
 
-    def actor_loss(self, batch: dict[str, Tensor]) -> Tensor:
-        """``-mean Q_1(s, pi(s))`` (or of every Q_i) with the critic's weights held fixed, plus the actor-loss terms."""
+    def actor_loss(self, batch: dict[str, Tensor], terms: dict[str, Tensor] | None = None) -> Tensor:
+        """``-mean Q_1(s, pi(s))`` (or of every Q_i) with the critic's weights held fixed, plus the actor-loss terms,
+        whose values go into ``terms`` (None: into the training statistics)."""
         features = self.actor.features(batch["obs"])
         preactivation = self.actor.net(features)
         action = self.actor.squash(preactivation)
         critic = self.critic.q1 if self.hparams.actor_q == "first" else self.critic  # mean: TD7's actor
         loss = -critic(critic_view(batch), action, detach_params=True).mean()
         view = ActorView(batch, features, preactivation, action, self.actor.action_scale)
-        return self.extensions.actor_terms(loss, view, self.stats)  # e.g. the teacher's term
+        loss, values = self.extensions.actor_terms(loss, view)  # e.g. the teacher's term
+        self.stats.add_terms(values) if terms is None else terms.update(values)
+        return loss
 
     @torch.no_grad()
     def update_targets(self) -> None:
@@ -173,23 +178,24 @@ class TD3(L.LightningModule):
         target = [*self.actor_target.parameters(), *self.critic_target.parameters()]
         torch._foreach_lerp_(target, online, self.hparams.tau)
 
-    def td3_update(self, batch: dict[str, Tensor], noise: Tensor, update_actor: bool
-                   ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """One TD3 update in the paper's order -> critic loss, the critics' Q values, actor loss (or None)."""
+    def td3_update(self, batch: dict[str, Tensor], noise: Tensor, update_actor: bool) -> UpdateResult:
+        """One TD3 update in the paper's order; the same code runs eager, compiled and captured (compile_mode)."""
+        terms = {}
         for i, auxiliary in enumerate(self.extensions.auxiliary_losses.values()):  # e.g. SALE's encoder
-            loss = auxiliary(batch)
+            terms[auxiliary.name] = loss = auxiliary(batch)
             self.stepper.step(self, AUXILIARY + i, loss, (auxiliary,))
-            self.stats.add_term(auxiliary.name, loss)
         # critic: regress every Q_i(s, a) on the target y (clipped double Q, smoothed target policy)
-        critic_loss, q = self.critic_loss(batch, noise)
+        critic_loss, q, priority = self.critic_loss(batch, noise)
         self.stepper.step(self, CRITIC, critic_loss, (self.critic,))
         actor_loss = None
         if update_actor:
             # delayed policy update: ascend Q_1(s, pi(s)), then the targets follow their networks
-            actor_loss = self.actor_loss(batch)
+            actor_loss = self.actor_loss(batch, terms)
             self.stepper.step(self, ACTOR, actor_loss, (self.actor, self.extensions.actor_terms))
             self.update_targets()
-        return critic_loss, q, actor_loss
+        detached = {name: value.detach() for name, value in terms.items()}
+        return UpdateResult(critic_loss.detach(), q.detach(), None if actor_loss is None else actor_loss.detach(),
+                            detached, priority)
 
     # ================================================================== the training step around it
     def training_step(self, batch: dict[str, Tensor] | Iterable[dict[str, Tensor]], batch_idx: int) -> None:
@@ -205,11 +211,15 @@ class TD3(L.LightningModule):
             self.schedules.set_learning_rates(self.stepper.optimizers, [self.hparams.critic_lr, self.hparams.actor_lr],
                                               step, run_length(self))
             update_actor = (self.num_critic_updates + 1) % self.hparams.policy_freq == 0
-            critic_loss, q, actor_loss = update(one, self.random_stream.standard_normal(one["action"]), update_actor)
-            self.stepper.after_update(critic_loss, actor_loss)
+            result = update(one, self.random_stream.standard_normal(one["action"]), update_actor)
+            self.stepper.after_update(result.critic_loss, result.actor_loss,
+                                      [result.terms[a.name] for a in self.extensions.auxiliary_losses.values()])
             self.num_critic_updates += 1
             self.num_actor_updates += int(update_actor)
-            self.track_statistics(critic_loss, q, actor_loss)
+            self.stats.add_terms(result.terms)
+            self.track_statistics(result.critic_loss, result.q, result.actor_loss)
+            if result.priority is not None:  # LAP: the replay takes the new priorities before its next draw
+                self.trainer.datamodule.update_priorities(one["index"], result.priority)
 
     def track_statistics(self, critic_loss: Tensor, q: Tensor, actor_loss: Tensor | None) -> None:
         """Keep the step's losses and Q values on the device; log their means every ``log_every_n_steps``."""

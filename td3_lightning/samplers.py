@@ -2,14 +2,13 @@
 
 The buffer draws uniformly by itself. :class:`LAPSampler` draws in proportion to priorities
 (LAP, Fujimoto et al., 2020, "An Equivalence between Loss Functions and Non-Uniform Sampling in
-Experience Replay", as used by TD7): a batch it hands out carries ``index`` (its slots) and
-``priority``, a tensor the update fills with each transition's ``max_i |Q_i(s, a) - y|``; the
-sampler reads it back before its next draw (:meth:`LAPSampler.apply`).
+Experience Replay", as used by TD7): a batch it hands out carries ``index`` (its slots); the update
+returns each transition's ``max_i |Q_i(s, a) - y|``, and the training step hands them to :meth:`LAPSampler.update`
+(TD7's ``update_priority``) before the next draw, all on the device: no host sync per step.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 import torch
@@ -36,10 +35,8 @@ class LAPSampler:
     def __init__(self, capacity: int, alpha: float, device: torch.device | str = "cpu") -> None:
         self.alpha = float(alpha)
         self.priority = torch.zeros(capacity, dtype=torch.float32, device=device)
-        self.max_priority = 1.0
+        self.max_priority = torch.ones((), dtype=torch.float32, device=device)  # on the device: no host sync
         self.draws = 0
-        # batches handed out whose priorities the update has not filled yet: (slots, errors)
-        self._handed_out: deque[tuple[Tensor, Tensor]] = deque(maxlen=8)
 
     def added(self, slots: Tensor) -> None:
         """New transitions in ``slots`` start at the largest priority."""
@@ -47,10 +44,9 @@ class LAPSampler:
 
     def draw(self, size: int, batch_size: int, generator: torch.Generator | None) -> Tensor:
         """``batch_size`` slots of ``range(size)``, with replacement, in proportion to their priorities."""
-        self.apply()
         self.draws += 1
         if self.draws % MAX_RESET_EVERY == 0:
-            self.max_priority = float(self.priority[:size].max())
+            self.max_priority = self.priority[:size].max()
         cumulative = self.cumulative(size)
         device = generator.device if generator is not None else self.priority.device
         u = torch.rand(batch_size, generator=generator, device=device, dtype=torch.float64)
@@ -64,39 +60,26 @@ class LAPSampler:
         return torch.cumsum(self.priority[:size], dim=0, dtype=torch.float64)
 
     def hand_out(self, batch: dict[str, Tensor], slots: Tensor) -> dict[str, Tensor]:
-        """``batch`` with its ``index`` and an unfilled ``priority`` (NaN) for the update to write."""
+        """``batch`` with its ``index``: the slots the update's priorities belong to."""
         batch["index"] = slots
-        batch["priority"] = torch.full(slots.shape, float("nan"), device=batch["reward"].device)
-        self._handed_out.append((slots, batch["priority"]))
         return batch
 
-    def track(self, batch: dict[str, Tensor]) -> None:
-        """Read back ``batch``'s priorities before the next draw (a batch restored from a checkpoint)."""
-        if "index" in batch and "priority" in batch:
-            self._handed_out.append((batch["index"], batch["priority"]))
-
-    def apply(self) -> None:
-        """Store the priorities the update wrote into the batches handed out, in the order they were drawn;
-        a batch not trained on yet (in flight) waits."""
-        waiting: deque[tuple[Tensor, Tensor]] = deque(maxlen=self._handed_out.maxlen)
-        for slots, errors in self._handed_out:
-            if bool(torch.isnan(errors).any()):
-                waiting.append((slots, errors))
-                continue
-            priority = errors.clamp(min=MIN_PRIORITY).pow(self.alpha).to(self.priority.device)
-            self.priority[slots.to(self.priority.device)] = priority
-            self.max_priority = max(self.max_priority, float(priority.max()))
-        self._handed_out = waiting
+    def update(self, slots: Tensor, errors: Tensor) -> None:
+        """The transitions in ``slots`` take the priorities ``max(errors, 1) ** alpha`` (``errors``: the update's
+        ``max_i |Q_i(s, a) - y|``)."""
+        priority = errors.clamp(min=MIN_PRIORITY).pow(self.alpha).to(self.priority.device)
+        self.priority[slots.to(self.priority.device)] = priority
+        self.max_priority = torch.maximum(self.max_priority, priority.max())
 
     def state_dict(self, size: int) -> dict[str, Any]:
-        self.apply()
-        return {"priority": self.priority[:size].to("cpu", copy=True), "max_priority": self.max_priority,
+        return {"priority": self.priority[:size].to("cpu", copy=True), "max_priority": float(self.max_priority),
                 "draws": self.draws}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         n = len(state["priority"])
         self.priority[:n] = state["priority"].to(self.priority.device)
-        self.max_priority, self.draws = float(state["max_priority"]), int(state["draws"])
+        self.max_priority = torch.tensor(float(state["max_priority"]), device=self.priority.device)
+        self.draws = int(state["draws"])
 
 
 def lap_loss(td: Tensor) -> Tensor:

@@ -7,9 +7,6 @@ once per logging interval.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 from torch import Tensor
 
@@ -30,7 +27,6 @@ class TrainingStatistics:
         self._sums: Tensor | None = None
         self._counts = [0, 0, 0]
         self._terms: dict[str, tuple[Tensor, int]] = {}  # name -> (running sum on the device, count)
-        self._paused = False
 
     def add(self, critic_loss: Tensor, q1: Tensor, actor_loss: Tensor | None) -> None:
         keep = (lambda t: t.detach().clone()) if self.copy_outputs else Tensor.detach
@@ -42,24 +38,12 @@ class TrainingStatistics:
         if len(critic_losses) >= _FOLD_EVERY:
             self._fold()
 
-    def add_term(self, name: str, value: Tensor) -> None:
-        """A scalar part of a loss (logged as ``train/<name>``), summed on the device (not while compiling:
-        a compiled step returns its losses only; nor while :meth:`paused`)."""
-        if self._paused or torch.compiler.is_compiling():
-            return
-        total, count = self._terms.get(name, (None, 0))
-        value = value.detach()
-        self._terms[name] = (value.clone() if total is None else total + value, count + 1)
-
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        """No loss terms are added inside: updates that are undone (a warm-up) or captured as a CUDA graph,
-        whose replays would not add them."""
-        self._paused = True
-        try:
-            yield
-        finally:
-            self._paused = False
+    def add_terms(self, values: dict[str, Tensor]) -> None:
+        """Scalar parts of a loss by name (logged as ``train/<name>``), summed on the device."""
+        for name, value in values.items():
+            total, count = self._terms.get(name, (None, 0))
+            value = value.detach()
+            self._terms[name] = (value.clone() if total is None else total + value, count + 1)
 
     def means(self) -> dict[str, Tensor]:
         """``train/critic_loss``, ``train/q``, (if the actor was updated) ``train/actor_loss`` and the

@@ -3,6 +3,7 @@ through them otherwise (precision plugins, DDP, callbacks), and the compiled upd
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
@@ -66,9 +67,7 @@ class Stepper:
     def step(self, module: L.LightningModule, which: int, loss: Tensor, trained: tuple[torch.nn.Module, ...]) -> None:
         """One optimizer step on ``loss``; under DDP the gradients of the ``trained`` modules are averaged."""
         if self.check_each_loss:
-            self.guard.check_now(which, loss, self.step_taken)
-        elif which >= AUXILIARY:  # the critic's and the actor's are recorded after the (compiled) update
-            self.guard.record(which, loss, self.step_taken)
+            self.guard.check_now(which, loss, self.step_taken)  # else recorded after the update (after_update)
         optimizer = self.optimizers[which]
         optimizer.zero_grad(set_to_none=True)
         if self.direct:
@@ -82,14 +81,17 @@ class Stepper:
         else:
             module.trainer.strategy.optimizer_step(optimizer.optimizer, _noop_closure, model=module)
 
-    def after_update(self, critic_loss: Tensor, actor_loss: Tensor | None) -> None:
-        """Count a step taken around ``LightningOptimizer.step``; record the losses not checked yet."""
+    def after_update(self, critic_loss: Tensor, actor_loss: Tensor | None, auxiliary: Sequence[Tensor] = ()) -> None:
+        """Count a step taken around ``LightningOptimizer.step``; record the losses not checked yet (outside
+        the update: a compiled or captured update holds no host-side step number)."""
         if self.direct:
             _lightning.count_optimizer_step(self.optimizers[CRITIC])
         if not self.check_each_loss:
             self.guard.record(CRITIC, critic_loss, self.step_taken)
             if actor_loss is not None:
                 self.guard.record(ACTOR, actor_loss, self.step_taken)
+            for loss in auxiliary:
+                self.guard.record(AUXILIARY, loss, self.step_taken)
 
 
 def _noop_closure() -> None:

@@ -45,33 +45,49 @@ def _eager(module: TD3) -> list[torch.optim.Optimizer]:
     return optimizers
 
 
-def _batches(n: int, device: str = "cpu", size: int = 16):
+def _batches(n: int, device: str = "cpu", size: int = 16, lap: bool = False):
     g = torch.Generator().manual_seed(7)
     for _ in range(n):
         batch = {"obs": torch.randn(size, 3, generator=g), "action": torch.rand(size, 2, generator=g) * 2 - 1,
                  "reward": torch.randn(size, generator=g), "next_obs": torch.randn(size, 3, generator=g),
                  "terminated": torch.rand(size, generator=g) < 0.2}
+        if lap:  # drawn by priority: the update returns the batch's new priorities
+            batch["index"] = torch.randint(100, (size,), generator=g)
         yield {k: v.to(device) for k, v in batch.items()}, torch.randn(size, 2, generator=g).to(device)
 
 
-def _run_both(steps: int, device: str, capture: bool, reload_at: int | None = None, **kw):
+def _losses(result) -> list[torch.Tensor]:
+    """An update's losses and Q values (the actor's loss on its steps), copied."""
+    return [x.detach().clone() for x in result[:3] if x is not None]
+
+
+def _extras(result) -> list[torch.Tensor]:
+    """An update's loss terms by name and its priorities (what is there), copied."""
+    return [*(v.clone() for _, v in sorted(result.terms.items())), *(
+        [] if result.priority is None else [result.priority.clone()])]
+
+
+def _run_both(steps: int, device: str, capture: bool, reload_at: int | None = None, lap: bool = False, **kw):
     """The eager ``td3_update`` and the static-buffer update, from the same state on the same batches and noise,
-    with a learning rate that halves over the run; -> both modules, optimizers and per-step losses."""
+    with a learning rate that halves over the run and the step hooks (hard target updates) before each step;
+    -> both modules, optimizers, per-step losses and per-step loss terms and priorities."""
     eager, static = _module(device, **kw), _module(device, **kw)
-    eager_opts, static_opts = _eager(eager), static.configure_optimizers()
+    eager_opts, static_opts = _eager(eager), _eager(static)
     captured = CapturedUpdate(static, static_opts, capture=capture)
     schedule = Schedules(0.1, None, lr_final_factor=0.5, steps=steps)
-    losses = []
-    for i, (batch, noise) in enumerate(_batches(steps, device)):
-        schedule.set_learning_rates(eager.stepper.optimizers, [3e-4, 3e-4], i, None)
-        schedule.set_learning_rates(static_opts, [3e-4, 3e-4], i, None)
+    losses, extras = [], []
+    for i, (batch, noise) in enumerate(_batches(steps, device, lap=lap)):
+        for module in (eager, static):
+            module.extensions.before_step(module, i)
+            schedule.set_learning_rates(module.stepper.optimizers, [3e-4, 3e-4], i, None)
         update_actor = (i + 1) % 2 == 0
         a = eager.td3_update(batch, noise, update_actor)
         b = captured.step(batch, noise, update_actor)
-        losses.append(([x.detach().clone() for x in a if x is not None], [x.clone() for x in b if x is not None]))
+        losses.append((_losses(a), _losses(b)))
+        extras.append((_extras(a), _extras(b)))
         if i == reload_at:  # a checkpoint's load: the optimizer states become new tensors, captured afresh
             static_opts[0].load_state_dict(static_opts[0].state_dict())
-    return (eager, eager_opts), (static, static_opts), captured, losses
+    return (eager, eager_opts), (static, static_opts), captured, losses, extras
 
 
 def _adam_states(optimizers: list[torch.optim.Optimizer]) -> list[dict]:
@@ -83,7 +99,7 @@ def _adam_states(optimizers: list[torch.optim.Optimizer]) -> list[dict]:
 def test_the_static_buffer_update_steps_bit_for_bit_like_td3_update(options):
     """20 steps (10 actor steps, the learning rate moving every step, Adam states reloaded at step 12): the
     same losses, weights, targets and Adam states, exactly; the warm-up before the first step is undone."""
-    (eager, eager_opts), (static, static_opts), captured, losses = _run_both(20, "cpu", False, reload_at=12, **options)
+    (eager, eager_opts), (static, static_opts), captured, losses, _ = _run_both(20, "cpu", False, reload_at=12, **options)
     for step, (a, b) in enumerate(losses):
         assert len(a) == len(b) == (3 if step % 2 else 2)
         assert all(torch.equal(x, y) for x, y in zip(a, b)), step
@@ -96,6 +112,33 @@ def test_the_static_buffer_update_steps_bit_for_bit_like_td3_update(options):
     assert not torch.equal(start["critic.weights.0"], sb["critic.weights.0"])  # it trained
     assert not torch.equal(start["actor_target.net.0.weight"], sb["actor_target.net.0.weight"])  # Polyak ran
     assert captured.ready and captured._graphs is None  # eager on the CPU: nothing captured
+
+
+TD7_SET = {"embedding_dim": 8, "target_update_every": 5, "value_clipping": True, "actor_q": "mean"}
+
+
+def test_the_static_buffer_update_steps_bit_for_bit_like_td3_update_with_the_td7_set():
+    """SALE's encoder step, hard target updates with value clipping and the fixed encoder's refresh, the mean-Q
+    actor and prioritised (LAP) batches, 20 steps: the same losses, encoder losses, priorities, weights, value bounds
+    and Adam states (the encoder's too), exactly."""
+    (eager, eager_opts), (static, static_opts), captured, losses, extras = _run_both(20, "cpu", False, reload_at=12,
+                                                                                   lap=True, **TD7_SET)
+    for step, ((a, b), (x, y)) in enumerate(zip(losses, extras)):
+        assert len(a) == len(b) == (3 if step % 2 else 2)
+        assert all(torch.equal(u, v) for u, v in zip(a, b)), step
+        # the actor's preactivation (on its steps), the encoder's loss, the priorities max_i |Q_i - y|
+        assert len(x) == len(y) == (3 if step % 2 else 2) and x[-1].shape == (16,) and bool((x[-1] >= 0).all())
+        assert all(torch.equal(u, v) for u, v in zip(x, y)), step
+    sa, sb = eager.state_dict(), static.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa), [k for k in sa if not torch.equal(sa[k], sb[k])]
+    assert len(static_opts) == 3  # critic, actor, SALE's encoder
+    for st_a, st_b in zip(_adam_states(eager_opts), _adam_states(static_opts)):
+        assert all(torch.equal(st_a[i][k], st_b[i][k]) for i in st_a for k in st_a[i])
+    assert float(_adam_states(static_opts)[2][0]["step"]) == 20
+    assert float(sb["extensions.target_value.high"]) > float(sb["extensions.target_value.low"])  # bounds were taken
+    start = _module(**TD7_SET).state_dict()
+    fixed = [k for k in sb if k.startswith("critic.") and ".fixed.encoder." in k]
+    assert fixed and all(not torch.equal(start[k], sb[k]) for k in fixed)  # refreshed at the hard updates
 
 
 def test_the_learning_rates_are_tensors_the_schedule_writes_into():
@@ -116,7 +159,7 @@ def test_the_learning_rates_are_tensors_the_schedule_writes_into():
 
 def test_a_capturable_adams_state_dict_is_a_plain_adams_and_loads_into_one():
     static, eager = _module(), _module()
-    static_opts, eager_opts = static.configure_optimizers(), eager.configure_optimizers()
+    static_opts, eager_opts = _eager(static), eager.configure_optimizers()
     captured = CapturedUpdate(static, static_opts, capture=False)
     batch, noise = next(_batches(1))
     captured.step(batch, noise, update_actor=True)
@@ -134,11 +177,13 @@ def eager_on_cpu(monkeypatch) -> None:
     monkeypatch.setattr(CapturedUpdate, "eager_on_cpu", True)
 
 
-def _fit(mode: str, max_steps: int = 60, ckpt_path: Path | None = None, save_to: Path | None = None, **kw):
+def _fit(mode: str, max_steps: int = 60, ckpt_path: Path | None = None, save_to: Path | None = None,
+         data: dict | None = None, **kw):
     """Train on the constant-reward env with chunks of 4 steps, validation, an lr and a noise schedule, a network
     reset and observation normalisation; with ``save_to`` checkpoint every 40 steps and the last one."""
     L.seed_everything(11)
-    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=70, steps_per_batch=4, eval_episodes=1)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=70, steps_per_batch=4, eval_episodes=1,
+                          **(data or {}))
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], compile_mode=mode,
                 lr_final_factor=0.3, exploration_noise=0.3, exploration_noise_final=0.05, schedule_steps=60,
                 reset_steps=[48], normalize_obs=True, actor_lr=1e-3, critic_lr=1e-3, **kw)
@@ -186,19 +231,37 @@ def test_a_checkpoint_of_either_mode_resumes_exactly_in_the_other(eager_on_cpu, 
     _assert_same(straight, _fit("cudagraphs", ckpt_path=tmp_path / "eager" / "last.ckpt"))
 
 
+TD7_FIT = {**TD7_SET, "policy_checkpoints": True, "checkpoint_episodes": 2, "checkpoint_after": 30,
+           "data": {"sampler": "lap"}}
+
+
+def test_cudagraphs_mode_trains_the_td7_set_in_the_lightning_loop_bit_for_bit_like_eager(eager_on_cpu):
+    """SALE, LAP, value clipping, hard target updates, the mean-Q actor and policy checkpoints, with the schedules,
+    a reset and normalisation of ``_fit``: the same weights, Adam states, priorities and exploration."""
+    eager, static = _fit("none", **TD7_FIT), _fit("cudagraphs", **TD7_FIT)
+    _assert_same(eager, static)
+    (model, dm, _), (_, dm_eager, _) = static, eager
+    assert isinstance(model._compiled, CapturedUpdate) and len(model.optimizers()) == 3
+    assert torch.equal(dm.buffer.sampler.priority, dm_eager.buffer.sampler.priority)
+    assert float(dm.buffer.sampler.priority.max()) > 1.0  # the update's priorities reached the sampler
+    assert int(model.policy_checkpoint.taken) > 0  # policy checkpoints were taken
+
+
+def test_a_td7_checkpoint_of_either_mode_resumes_exactly_in_the_other(eager_on_cpu, tmp_path):
+    straight = _fit("none", **TD7_FIT)
+    _fit("cudagraphs", max_steps=40, save_to=tmp_path / "graphs", **TD7_FIT)
+    resumed = _fit("none", ckpt_path=tmp_path / "graphs" / "last.ckpt", **TD7_FIT)
+    _assert_same(straight, resumed)
+    assert torch.equal(straight[1].buffer.sampler.priority, resumed[1].buffer.sampler.priority)
+    _fit("none", max_steps=40, save_to=tmp_path / "eager", **TD7_FIT)
+    _assert_same(straight, _fit("cudagraphs", ckpt_path=tmp_path / "eager" / "last.ckpt", **TD7_FIT))
+
+
 def test_cudagraphs_mode_on_the_cpu_is_refused_when_training_starts():
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=100)
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8], compile_mode="cudagraphs")
     with pytest.raises(UserInputError, match=f"^{re.escape(CPU_MESSAGE)}$"):
         quiet_trainer(max_steps=2).fit(model, dm)
-
-
-def test_a_lap_batch_is_refused_by_the_captured_update():
-    static = _module()
-    captured = CapturedUpdate(static, static.configure_optimizers(), capture=False)
-    batch, noise = next(_batches(1))
-    with pytest.raises(UserInputError, match=r"does not capture the LAP sampler's priority updates \(data.sampler"):
-        captured.step({**batch, "priority": torch.ones(16)}, noise, update_actor=False)
 
 
 # ----------------------------------------------------------------------------- refusals by the command line
@@ -221,11 +284,6 @@ REFUSALS = {
                   "not distributed (trainer.num_nodes 2); use model.compile_mode none"),
     "bf16": (["--trainer.precision", "bf16-mixed"], "model.compile_mode cudagraphs needs 32-bit precision "
              "(trainer.precision bf16-mixed); use model.compile_mode none"),
-    "sale": (["--model.embedding_dim", "64", "--model.target_update_every", "250"],
-             "model.compile_mode cudagraphs does not capture SALE's encoder update (model.embedding_dim 64): set "
-             "model.embedding_dim 0 or model.compile_mode none"),
-    "lap": (["--data.sampler", "lap"], "model.compile_mode cudagraphs does not capture the LAP sampler's priority "
-            "updates (data.sampler lap): set data.sampler uniform or model.compile_mode none"),
 }
 
 
@@ -241,18 +299,13 @@ def test_what_cudagraphs_cannot_run_is_one_line_and_writes_nothing(case, work_fo
     assert {p: p.read_bytes() for p in work_folder.rglob("*")} == before
 
 
-def test_the_module_refuses_sale_embeddings_itself():
-    with pytest.raises(UserInputError, match=r"^model.compile_mode cudagraphs does not capture SALE's encoder update"):
-        _module(compile_mode="cudagraphs", embedding_dim=8, target_update_every=250)
-
-
 def test_the_device_count_of_auto_is_every_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     with pytest.raises(UserInputError, match=r"one device \(trainer.devices auto\)"):
-        check_capture_options({"compile_mode": "cudagraphs"}, {}, {"accelerator": "gpu", "devices": "auto"})
-    check_capture_options({"compile_mode": "cudagraphs"}, {}, {"accelerator": "gpu", "devices": 1})  # passes
-    check_capture_options({"compile_mode": "none"}, {"sampler": "lap"}, {"accelerator": "cpu", "devices": 2})
+        check_capture_options({"compile_mode": "cudagraphs"}, {"accelerator": "gpu", "devices": "auto"})
+    check_capture_options({"compile_mode": "cudagraphs"}, {"accelerator": "gpu", "devices": 1})  # passes
+    check_capture_options({"compile_mode": "none"}, {"accelerator": "cpu", "devices": 2})
 
 
 def test_the_configured_compile_mode_replaces_the_checkpoints(work_folder, capsys):
@@ -286,7 +339,7 @@ def test_the_gpu_benchmark_and_check_stop_with_one_line_without_cuda(cli_env, tm
 # ----------------------------------------------------------------------------- the captured graphs (CUDA only)
 @CUDA
 def test_the_captured_update_follows_eager_on_the_gpu_for_100_steps():
-    (eager, eager_opts), (static, static_opts), captured, losses = _run_both(100, "cuda", True, reload_at=40)
+    (eager, eager_opts), (static, static_opts), captured, losses, _ = _run_both(100, "cuda", True, reload_at=40)
     assert captured._graphs is not None
     for step, (a, b) in enumerate(losses):
         for x, y in zip(a, b):
@@ -297,6 +350,21 @@ def test_the_captured_update_follows_eager_on_the_gpu_for_100_steps():
     obs = torch.randn(1, 3, device="cuda")
     with torch.no_grad():
         torch.testing.assert_close(captured.act(obs).clone(), static.actor(obs))
+
+
+@CUDA
+def test_the_captured_td7_update_follows_eager_on_the_gpu_for_100_steps():
+    """SALE's encoder inside the graph (its embeddings computed in each graph), LAP priorities as graph outputs, hard
+    target updates and value clipping between replays."""
+    (eager, _), (static, _), captured, losses, extras = _run_both(100, "cuda", True, reload_at=40, lap=True, **TD7_SET)
+    assert captured._graphs is not None
+    for step, ((a, b), (x, y)) in enumerate(zip(losses, extras)):
+        assert len(x) == len(y) == (3 if step % 2 else 2)
+        for u, v in zip([*a, *x], [*b, *y]):
+            torch.testing.assert_close(u, v, rtol=1e-4, atol=1e-5, msg=f"step {step}")
+    sa, sb = eager.state_dict(), static.state_dict()
+    for k in sa:
+        torch.testing.assert_close(sa[k], sb[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
 @CUDA
@@ -317,9 +385,3 @@ def test_a_captured_fit_resumes_exactly_from_last_ckpt(tmp_path):
     assert isinstance(straight[0]._compiled, CapturedUpdate) and straight[0]._compiled._graphs is not None
     fit(60, save_to=tmp_path)
     _assert_same(straight, fit(120, ckpt_path=tmp_path / "last.ckpt"))
-
-
-def test_the_captured_update_refuses_a_module_with_sale_embeddings_whatever_its_mode():
-    sale = _module(embedding_dim=8, target_update_every=250)  # built eagerly: compile_mode none
-    with pytest.raises(UserInputError, match=r"SALE's encoder update \(model.embedding_dim 8\)"):
-        CapturedUpdate(sale, sale.configure_optimizers(), capture=False)

@@ -276,8 +276,8 @@ def test_nan_loss_never_reaches_a_checkpoint(every_step, log_every, found, tmp_p
     real_loss = TD3.critic_loss
 
     def poisoned(self, batch, noise=None):
-        loss, q = real_loss(self, batch, noise)
-        return (loss * float("nan"), q) if self.global_step + 1 == 35 else (loss, q)
+        loss, q, priority = real_loss(self, batch, noise)
+        return (loss * float("nan") if self.global_step + 1 == 35 else loss), q, priority
 
     monkeypatch.setattr(TD3, "critic_loss", poisoned)
     L.seed_everything(0)

@@ -138,7 +138,7 @@ def test_privileged_target_and_losses_read_the_critic_obs():
     expected = batch["reward"] + 0.9 * (1 - batch["terminated"].float()) * next_q
     assert torch.allclose(model.td_target(batch, torch.zeros(4, 1)), expected)
     q = model.critic(batch["critic_obs"], batch["action"])
-    loss, _ = model.critic_loss(batch, torch.zeros(4, 1))
+    loss, _, _ = model.critic_loss(batch, torch.zeros(4, 1))
     assert torch.allclose(loss, (q - expected).pow(2).mean(1).sum())
     actor_loss = model.actor_loss(batch)
     assert torch.allclose(actor_loss, -model.critic.q1(batch["critic_obs"], model.actor(batch["obs"])).mean())

@@ -69,7 +69,7 @@ def test_critic_loss_is_sum_of_per_critic_mse():
     m = make_module(num_critics=3)
     b = batch_of()
     noise = torch.randn(4, 2)
-    loss, q = m.critic_loss(b, noise)
+    loss, q, _ = m.critic_loss(b, noise)
     assert q.shape == (3, 4)
     target = m.td_target(b, noise)
     expected = sum(((m.critic(b["obs"], b["action"])[i] - target) ** 2).mean() for i in range(3))

@@ -232,7 +232,7 @@ def test_lap_sampler_draws_in_proportion_to_the_priorities_and_new_transitions_s
     sampler.added(torch.arange(2))
     assert sampler.priority.tolist() == [1.0, 1.0, 0.0, 0.0]
     batch = sampler.hand_out({"reward": torch.zeros(2)}, torch.tensor([0, 1]))
-    batch["priority"].copy_(torch.tensor([0.5, 3.0]))  # what the update writes: max_i |TD error|
+    sampler.update(batch["index"], torch.tensor([0.5, 3.0]))  # what the update returns: max_i |TD error|
     draws = sampler.draw(2, 40_000, torch.Generator().manual_seed(0))
     assert sampler.priority[:2].tolist() == [1.0, 3.0]  # clamped at 1, then ** alpha
     assert abs(draws.float().mean().item() - 0.75) < 0.01  # slot 1 three times as likely
@@ -257,11 +257,12 @@ def test_lap_sampler_gives_each_slot_its_own_share_in_a_full_buffer():
 def test_a_prioritised_batch_gets_lap_loss_and_hands_back_its_largest_td_errors():
     m = make()
     b = batch_of()
-    plain_loss, q = m.critic_loss(b, torch.zeros(5, 2))
-    b["priority"] = torch.full((5,), float("nan"))
-    loss, _ = m.critic_loss(b, torch.zeros(5, 2))
+    plain_loss, q, none = m.critic_loss(b, torch.zeros(5, 2))
+    b["index"] = torch.arange(5)  # drawn by priority
+    loss, _, priority = m.critic_loss(b, torch.zeros(5, 2))
     td = q - m.td_target(b, torch.zeros(5, 2))
-    assert torch.allclose(b["priority"], td.abs().max(dim=0).values)
+    assert none is None
+    assert torch.allclose(priority, td.abs().max(dim=0).values)
     assert torch.allclose(plain_loss, td.pow(2).mean(dim=1).sum())
     assert torch.allclose(loss, torch.where(td.abs() < 1, 0.5 * td.pow(2), td.abs()).sum(0).mean())
 

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor, nn
-
-if TYPE_CHECKING:
-    from td3_lightning.stats import TrainingStatistics
 
 
 def critic_view(batch: dict[str, Tensor], next_obs: bool = False) -> Tensor:
@@ -57,16 +54,16 @@ class ActorTerm(nn.Module):
 
 
 class ActorTerms(nn.ModuleDict):
-    """The actor-loss terms by name; calling them adds each weighted term to the loss and records its value."""
+    """The actor-loss terms by name; calling them adds each weighted term to the loss -> the loss and each
+    term's value by name (logged as ``train/<name>``)."""
 
-    def forward(self, loss: Tensor, view: ActorView, stats: TrainingStatistics | None = None) -> Tensor:
+    def forward(self, loss: Tensor, view: ActorView) -> tuple[Tensor, dict[str, Tensor]]:
+        values = {}
         for term in self.values():
-            value = term(view)
+            values[term.name] = value = term(view)
             if term.weight:
                 loss = loss + term.weight * value
-            if stats is not None:
-                stats.add_term(term.name, value)
-        return loss
+        return loss, values
 
 
 class AuxiliaryLoss(nn.Module):
