@@ -3,7 +3,7 @@ Learning for Deep Reinforcement Learning"): an encoder ``f(s) -> z_s``, ``g(z_s,
 predict the next state's embedding, whose outputs feed the actor and the critics.
 
 The actor and the critics read a *fixed* copy of the encoder (:class:`FixedEncoder`), refreshed from the
-trained one at intervals (``extensions/sale.py``), so their inputs do not drift between refreshes.
+trained one at each hard target copy (``extensions/targets.py``), so their inputs do not drift between refreshes.
 """
 
 from __future__ import annotations

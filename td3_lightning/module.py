@@ -169,14 +169,9 @@ class TD3(L.LightningModule):
         self.stats.add_terms(values) if terms is None else terms.update(values)
         return loss
 
-    @torch.no_grad()
     def update_targets(self) -> None:
-        """Polyak averaging ``theta' <- (1 - tau) theta' + tau theta`` of the targets (not with target_update_every)."""
-        if self.hparams.target_update_every:
-            return
-        online = [*self.actor.parameters(), *self.critic.parameters()]
-        target = [*self.actor_target.parameters(), *self.critic_target.parameters()]
-        torch._foreach_lerp_(target, online, self.hparams.tau)
+        """The targets follow: Polyak ``theta' <- (1 - tau) theta' + tau theta``, or hard copies (target_update_every)."""
+        self.extensions.target_sync.after_actor_update(self)
 
     def td3_update(self, batch: dict[str, Tensor], noise: Tensor, update_actor: bool) -> UpdateResult:
         """One TD3 update in the paper's order; the same code runs eager, compiled and captured (compile_mode)."""

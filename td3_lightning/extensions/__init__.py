@@ -5,7 +5,9 @@
   the teacher.
 - :class:`BatchTransform`: a replay batch is passed through these before the update:
   n-step returns, DrQ's random shifts.
-- :class:`StepHook`: called before every training step with its number: network resets, hard target updates.
+- :class:`StepHook`: called before every training step with its number: network resets, hard target copies.
+- :class:`TargetSync` (``targets.py``): how the targets follow their networks: Polyak averaging after each actor
+  update, or hard copies every ``target_update_every`` steps with what refreshes at a copy.
 - :class:`AuxiliaryLoss`: a loss with its own optimizer, stepped on every replay batch before the critic:
   SALE's encoder (``sale.py``).
 

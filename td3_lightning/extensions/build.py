@@ -13,7 +13,8 @@ from td3_lightning.extensions.actor_terms import PreactivationPenalty, StatePred
 from td3_lightning.extensions.base import ActorTerms, BatchTransform, StepHook
 from td3_lightning.extensions.batch_transforms import NStepReturn, ObservationStatistics, RandomShift
 from td3_lightning.extensions.resets import NetworkResets
-from td3_lightning.extensions.sale import HardTargetUpdates, SALETraining
+from td3_lightning.extensions.sale import SALETraining
+from td3_lightning.extensions.targets import HardTargetCopies, PolyakAveraging, TargetSync
 from td3_lightning.extensions.value_clipping import ClippedTargetValue, TargetValue
 from td3_lightning.extensions.teacher import Teacher
 from td3_lightning.networks import Networks
@@ -21,16 +22,18 @@ from td3_lightning.networks import Networks
 
 class Extensions(nn.Module):
     """The parts beyond the paper a module is built with, by seam: actor-loss terms and auxiliary losses
-    (modules: their parameters are trained and saved), batch transforms, step hooks, and how the critics'
-    target combines the reward with the next value (``target_value``: clipped with ``value_clipping``)."""
+    (modules: their parameters are trained and saved), batch transforms, step hooks, how the critics'
+    target combines the reward with the next value (``target_value``: clipped with ``value_clipping``), and how
+    the targets follow their networks (``target_sync``: Polyak, or hard copies with ``target_update_every``)."""
 
     def __init__(self, actor_terms: ActorTerms, auxiliary_losses: nn.ModuleDict,
                  batch_transforms: list[BatchTransform], step_hooks: list[StepHook],
-                 target_value: TargetValue | None = None) -> None:
+                 target_value: TargetValue, target_sync: TargetSync) -> None:
         super().__init__()
         self.actor_terms, self.auxiliary_losses = actor_terms, auxiliary_losses
         self.batch_transforms, self.step_hooks = batch_transforms, step_hooks
-        self.target_value = target_value or TargetValue()  # r + discount * next value (clipped: TD7)
+        self.target_value = target_value  # r + discount * next value (clipped: TD7)
+        self.target_sync = target_sync  # how the targets follow their networks (Polyak, or hard copies: a step hook)
 
     def transform(self, batch: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
         """``batch`` through every batch transform, in order."""
@@ -70,10 +73,12 @@ def build_extensions(hp: Mapping[str, Any], networks: Networks) -> Extensions:
     if networks.embedding is not None:
         auxiliary["embedding"] = SALETraining(networks.embedding, hp["embedding_lr"], networks.normalizer)
     target_value = ClippedTargetValue() if hp.get("value_clipping") else TargetValue()
+    target_sync: TargetSync = PolyakAveraging(hp["tau"])
     if hp["target_update_every"]:
-        hooks.append(HardTargetUpdates(hp["target_update_every"], networks.fixed_embedding, networks.embedding,
-                                       target_value))
-    return Extensions(terms, auxiliary, transforms, hooks, target_value)
+        target_sync = HardTargetCopies(hp["target_update_every"], networks.fixed_embedding, networks.embedding,
+                                       target_value)
+        hooks.append(target_sync)
+    return Extensions(terms, auxiliary, transforms, hooks, target_value, target_sync)
 
 
 def check_extension_options(hp: Mapping[str, Any]) -> None:
