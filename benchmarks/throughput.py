@@ -44,7 +44,7 @@ def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hook
     """The normal CLI path; the progress bar's final rate excludes the warm-up.
 
     ``extra``: more CLI arguments; ``hooked``: backward passes and optimizer steps through
-    Lightning's hooks (``TD3.direct_update = False``) instead of around them; ``checkout``: the
+    Lightning's hooks (``stepping.direct_update_possible`` patched to False) instead of around them; ``checkout``: the
     td3_lightning of another source tree (its root folder) instead of this one; ``config``: a bundled config."""
     args = [
         "fit", "--config", config,
@@ -54,9 +54,12 @@ def run_td3_lightning(steps: int, device: str, extra: tuple[str, ...] = (), hook
         "--data.tensorboard_video_every", "0",
         "--trainer.accelerator", device, "--progress_bar.log_seconds", "1", *extra,
     ]
-    launcher = (
-        "import sys; from td3_lightning.module import TD3; from td3_lightning.cli import main; "
-        f"TD3.direct_update = {False if hooked else None}; sys.argv = ['td3_lightning', *sys.argv[1:]]; main()"
+    launcher = (  # hooked: the path through Lightning's hooks forced (TD3.direct_update in trees before 4ce04da)
+        "import sys; from td3_lightning import stepping; from td3_lightning.module import TD3; "
+        "from td3_lightning.cli import main; "
+        + ("stepping.direct_update_possible = lambda trainer, module: False; TD3.direct_update = False; "
+           if hooked else "")
+        + "sys.argv = ['td3_lightning', *sys.argv[1:]]; main()"
     )
     env = os.environ.copy()
     env["PYTHONUNBUFFERED"] = "1"  # progress lines arrive as they are printed, to be timed here

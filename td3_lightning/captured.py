@@ -26,6 +26,11 @@ WARMUP_STEPS = 3
 CPU_MESSAGE = "model.compile_mode cudagraphs needs a CUDA device (--trainer.accelerator gpu); on the CPU use none"
 
 
+def can_capture(device: torch.device) -> bool:
+    """CUDA graphs need a CUDA device. (The CPU tests patch this to run the static-buffer update eagerly in a fit.)"""
+    return device.type == "cuda"
+
+
 def lr_dtype(device: torch.device) -> torch.dtype:
     """The precision fused Adam computes its learning rate in: double on the CPU, float on CUDA (so a tensor
     learning rate steps exactly as a Python float does)."""
@@ -63,8 +68,6 @@ class CapturedUpdate:
     ``optimizers`` directly (``Stepper.compile`` sees to it).
     """
 
-    eager_on_cpu = False  # True: on the CPU compile_mode cudagraphs runs this update eagerly (tests), not refused
-
     def __init__(self, module: Any, optimizers: Sequence[torch.optim.Optimizer], capture: bool) -> None:
         self.module, self.capture, self.device = module, capture, module.device
         self.optimizers = list(optimizers)  # critic, actor, auxiliary losses' (SALE's encoder)
@@ -84,10 +87,9 @@ class CapturedUpdate:
     @classmethod
     def for_module(cls, module: Any) -> CapturedUpdate:
         """The captured update of a module being fitted (all its optimizers)."""
-        capture = module.device.type == "cuda"
-        if not capture and not (cls.eager_on_cpu and module.device.type == "cpu"):
+        if not can_capture(module.device):
             raise UserInputError(CPU_MESSAGE)
-        return cls(module, [o.optimizer for o in module.optimizers()], capture)
+        return cls(module, [o.optimizer for o in module.optimizers()], capture=module.device.type == "cuda")
 
     # ------------------------------------------------------------------ the update
     def step(self, batch: dict[str, Tensor], noise: Tensor, update_actor: bool) -> Any:

@@ -123,15 +123,14 @@ class EnvLoop(L.Callback):
         whole assessment they start (no update runs while one is in progress)."""
         dm = trainer.datamodule
         target = math.ceil((trainer.global_step + 1) / dm.utd_ratio - 1e-9)
-        checkpoint = getattr(pl_module, "policy_checkpoint", None)
-        while self.train_transitions < target or (checkpoint is not None and self._assessing(checkpoint)):
+        while self.train_transitions < target or pl_module.wants_episodes(self._episode_in_progress()):
             self._step(dm, self._explore(pl_module), trainer)
             self.train_transitions += self.num_envs
 
-    def _assessing(self, checkpoint: Any) -> bool:
-        """An episode is in progress, or the assessment wants another."""
+    def _episode_in_progress(self) -> bool:
+        """The (first) env's episode has begun and not ended."""
         assert self._lengths is not None and self._needs_reset is not None
-        return bool(self._lengths[0] > 0 and not self._needs_reset[0]) or checkpoint.assessing
+        return bool(self._lengths[0] > 0 and not self._needs_reset[0])
 
     # ------------------------------------------------------------- acting
     def _random_actions(self) -> np.ndarray:
@@ -215,11 +214,9 @@ class EnvLoop(L.Callback):
             self.episodes += 1
             self.last_episode_return = float(self._returns[i])
             self.recent_returns.append(self.last_episode_return)
-            if trainer is not None:
-                module = trainer.lightning_module
-                if getattr(module, "policy_checkpoint", None) is not None:  # the episode assessed the actor
-                    module.policy_checkpoint.episode_end(self._returns[i], module.actor, trainer.global_step)
-                self._log_episode(trainer, float(self._returns[i]), int(self._lengths[i]))
+            if trainer is not None:  # the module takes the episode (policy checkpoints assess it)
+                extra = trainer.lightning_module.training_episode_end(float(self._returns[i]))
+                self._log_episode(trainer, float(self._returns[i]), int(self._lengths[i]), extra)
         self._needs_reset |= done
 
     def _check_finite(self, dm: ReplayDataModule, trainer: L.Trainer | None, *named: Any) -> None:
@@ -249,7 +246,8 @@ class EnvLoop(L.Callback):
             raise NonFiniteError(f"non-finite {name} {where} from the environment {dm.env_id} at {when}")
 
     @rank_zero_only
-    def _log_episode(self, trainer: L.Trainer, episode_return: float, episode_length: int) -> None:
+    def _log_episode(self, trainer: L.Trainer, episode_return: float, episode_length: int,
+                     extra: dict[str, float]) -> None:
         now = time.perf_counter()
         metrics = {
             "train/episode_return": episode_return,
@@ -257,9 +255,7 @@ class EnvLoop(L.Callback):
             "train/episodes": float(self.episodes),
             "train/env_steps": float(self.env_steps),
         }
-        checkpoint = getattr(trainer.lightning_module, "policy_checkpoint", None)
-        if checkpoint is not None:
-            metrics.update(checkpoint.metrics())
+        metrics.update(extra)
         if self._clock is not None and now > self._clock[0]:
             metrics["perf/env_steps_per_sec"] = (self.env_steps - self._clock[1]) / (now - self._clock[0])
         self._clock = (now, self.env_steps)

@@ -92,10 +92,6 @@ class TD3(L.LightningModule):
         compile_mode: none, a torch.compile mode (default, reduce-overhead, max-autotune, ...) or cudagraphs (captured).
     """
 
-    # None: the stepping paths chosen by the run (stepping.Stepper.configure); True / False force them
-    direct_update: bool | None = None
-    finite_check_every_step: bool | None = None
-
     def __init__(
         self, obs_shape: list[int], action_low: list[float], action_high: list[float],  # the env's, linked by the CLI
         critic_obs_shape: list[int] | None = None,
@@ -229,7 +225,7 @@ class TD3(L.LightningModule):
 
     def on_train_start(self) -> None:
         self.extensions.on_train_start(self)
-        self.stepper.configure(self.trainer, self, self.direct_update, self.finite_check_every_step)
+        self.stepper.configure(self.trainer, self)
         if self.hparams.compile_mode != "none":  # the compiled or captured update
             self._compiled, self.stats.copy_outputs = self.stepper.compile(self, self.hparams.compile_mode)
 
@@ -242,6 +238,16 @@ class TD3(L.LightningModule):
     @property
     def policy(self) -> torch.nn.Module:  # what validation, test and export run: the actor or its checkpoint
         return self.actor if self.policy_checkpoint is None else self.policy_checkpoint.actor
+
+    def wants_episodes(self, episode_in_progress: bool) -> bool:  # collect on, no update: TD7's assessment goes on
+        return self.policy_checkpoint is not None and (episode_in_progress or self.policy_checkpoint.assessing)
+
+    def training_episode_end(self, episode_return: float) -> dict[str, float]:
+        """A training episode of the actor ended (policy checkpoints assess it) -> what to log with it."""
+        if self.policy_checkpoint is None:
+            return {}
+        self.policy_checkpoint.episode_end(episode_return, self.actor, self.global_step)
+        return self.policy_checkpoint.metrics()
 
     # ------------------------------------------------------------------ the guard, evaluation (a batch is an episode)
     def check_finite(self, state_dict: dict[str, Tensor] | None = None, action: str = "") -> None:

@@ -37,11 +37,10 @@ class Stepper:
         self.optimizers: list[Any] = []  # the LightningOptimizers of the training step being taken
         self.step_taken = 0  # its number (global_step + 1)
 
-    def configure(self, trainer: L.Trainer, module: L.LightningModule, direct: bool | None,
-                  check_each_loss: bool | None) -> None:
-        """Choose the paths when training starts (None: by what the run needs)."""
-        self.direct = direct_update_possible(trainer, module) if direct is None else direct
-        self.check_each_loss = module.device.type == "cpu" if check_each_loss is None else check_each_loss
+    def configure(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        """Choose the paths when training starts, by what the run needs."""
+        self.direct = direct_update_possible(trainer, module)
+        self.check_each_loss = checks_each_loss(module.device)
 
     def compile(self, module: Any, mode: str) -> tuple[Any, bool]:
         """``module.td3_update`` compiled with ``torch.compile`` mode ``mode``, or captured as CUDA graphs
@@ -110,6 +109,12 @@ def compile_update(update: Any, mode: str, cuda_graphs: bool) -> Any:
         return compiled(*args)
 
     return step
+
+
+def checks_each_loss(device: torch.device) -> bool:
+    """Whether every loss is checked before its backward: on the CPU, where the host sync is nearly free (elsewhere
+    the losses are recorded on the device and checked at the syncs that happen anyway; ``guards.py``)."""
+    return device.type == "cpu"
 
 
 def direct_update_possible(trainer: L.Trainer, module: L.LightningModule) -> bool:

@@ -125,3 +125,44 @@ def test_private_lightning_and_jsonargparse_attributes_are_used_in_lightning_py_
              if p.name != "_lightning.py" and PRIVATE_LIGHTNING.search(p.read_text())]
     assert users == []
     assert PRIVATE_LIGHTNING.search((PACKAGE / "_lightning.py").read_text()) is not None
+
+
+def _calls(source: str) -> list[str]:
+    """The names called in ``source`` (``f(...)`` and ``x.f(...)``)."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            names.append(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+    return names
+
+
+def test_the_update_is_written_once_and_captured_as_it_is():
+    """captured.py runs the module's own td3_update: it calls none of the update's parts itself."""
+    calls = _calls((PACKAGE / "captured.py").read_text())
+    assert "td3_update" in calls
+    assert not {"critic_loss", "actor_loss", "update_targets", "td_target"} & set(calls)
+    assert "critic_loss(" not in (PACKAGE / "captured.py").read_text()  # the pattern above bites on a plain call too
+    assert _calls("x.critic_loss(b)") == ["critic_loss"]
+
+
+def test_the_env_loop_asks_the_module_through_its_methods_not_its_attributes():
+    """No reach-through from the env loop into the module's parts (policy checkpoints, networks)."""
+    source = (PACKAGE / "envloop.py").read_text()
+    reach = re.compile(r"getattr\((pl_module|module|trainer\.lightning_module)\b|\.policy_checkpoint\b")
+    assert reach.search('getattr(pl_module, "policy_checkpoint", None)') is not None  # the pattern bites
+    assert reach.findall(source) == []
+
+
+def test_production_code_has_no_test_switches():
+    """Tests choose a path by patching the function that chooses it, not through a flag kept in the package."""
+    switches = re.compile(r"\b(eager_on_cpu|direct_update|finite_check_every_step)\s*[:=]")
+    assert switches.search("    direct_update: bool | None = None") is not None  # the pattern bites
+    assert [p.name for p in PACKAGE.rglob("*.py") if switches.search(p.read_text())] == []
+
+
+def test_what_cudagraphs_cannot_run_is_checked_in_one_phase():
+    callers = [p.name for p in PACKAGE.rglob("*.py") if "check_capture_options(" in p.read_text()
+               and p.name != "captured.py"]
+    assert callers == ["cli.py"]
+    assert (PACKAGE / "captured.py").read_text().count("check_capture_options(") == 1  # its definition only

@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO
 
 import td3_lightning.checkpointing as checkpointing
+import td3_lightning.stepping as stepping
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
 from td3_lightning.checkpointing import AtomicCheckpointIO, with_atomic_checkpoint_io
 from td3_lightning.cli import TD3CLI, TRAINER_DEFAULTS, main
@@ -272,7 +273,7 @@ def test_nan_loss_never_reaches_a_checkpoint(every_step, log_every, found, tmp_p
     (CPU), training stops at step 35; deferred (accelerators), it stops at the next log step
     or before the env is stepped with a non-finite action, and no checkpoint is written in
     between. Either way last.ckpt stays the good one of step 30."""
-    monkeypatch.setattr(TD3, "finite_check_every_step", every_step)
+    monkeypatch.setattr(stepping, "checks_each_loss", lambda device: every_step)
     real_loss = TD3.critic_loss
 
     def poisoned(self, batch, noise=None):

@@ -10,6 +10,7 @@ import torch
 from conftest import quiet_trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
+import td3_lightning.stepping as stepping
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
 from td3_lightning.extensions.resets import reset_networks
 from td3_lightning.schedules import run_length
@@ -261,9 +262,11 @@ def _train_weights(direct: bool | None, callbacks: list, steps: int = 60, **kw) 
     L.seed_everything(3)
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=500)
     model = small(dm, policy_freq=2, **kw)
-    model.direct_update = direct
     trainer = quiet_trainer(max_steps=steps, callbacks=[EnvLoop(), *callbacks])
-    trainer.fit(model, dm)
+    with pytest.MonkeyPatch.context() as patch:
+        if direct is not None:  # force the path (None: the one the run chooses)
+            patch.setattr(stepping, "direct_update_possible", lambda trainer, module: direct)
+        trainer.fit(model, dm)
     return model, trainer
 
 
