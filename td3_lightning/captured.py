@@ -69,6 +69,8 @@ class CapturedUpdate:
     """
 
     def __init__(self, module: Any, optimizers: Sequence[torch.optim.Optimizer], capture: bool) -> None:
+        if capture and module.stepper.check_each_loss:
+            raise RuntimeError("a captured update cannot check each loss on the host: Stepper.compile turns it off")
         self.module, self.capture, self.device = module, capture, module.device
         self.optimizers = list(optimizers)  # critic, actor, auxiliary losses' (SALE's encoder)
         for optimizer in self.optimizers:

@@ -401,7 +401,7 @@ class ReplayDataModule(L.LightningDataModule):
 
     def update_priorities(self, index: Tensor, priority: Tensor) -> None:
         """The update's new priorities ``max_i |Q_i(s, a) - y|`` of the prioritised batch with ``index`` (TD7's
-        ``update_priority``): the LAP sampler takes them before its next draw, on the device."""
+        ``update_priority``): the LAP sampler's draws after this one read them (on its device)."""
         self.buffer.sampler.update(index, priority)  # type: ignore[union-attr]  (only LAP's batches have an index)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:

@@ -209,7 +209,7 @@ class TD3(L.LightningModule):
             self.num_actor_updates += int(update_actor)
             self.stats.add_terms(result.terms)
             self.track_statistics(result.critic_loss, result.q, result.actor_loss)
-            if result.priority is not None:  # LAP: the replay takes the new priorities before its next draw
+            if result.priority is not None:  # LAP: the replay's next draws take the new priorities
                 self.trainer.datamodule.update_priorities(one["index"], result.priority)
 
     def track_statistics(self, critic_loss: Tensor, q: Tensor, actor_loss: Tensor | None) -> None:

@@ -74,6 +74,7 @@ def _run_both(steps: int, device: str, capture: bool, reload_at: int | None = No
     -> both modules, optimizers, per-step losses and per-step loss terms and priorities."""
     eager, static = _module(device, **kw), _module(device, **kw)
     eager_opts, static_opts = _eager(eager), _eager(static)
+    static.stepper.check_each_loss = False  # as Stepper.compile sets it: no host sync inside a captured update
     captured = CapturedUpdate(static, static_opts, capture=capture)
     schedule = Schedules(0.1, None, lr_final_factor=0.5, steps=steps)
     losses, extras = [], []
