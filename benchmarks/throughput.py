@@ -12,7 +12,8 @@ td3_lightning runs with ``lunar.yaml``'s ``data.steps_per_batch 8`` (eight train
 Lightning batch; the same training, bit for bit); ``--ablations`` adds one step per batch.
 ``--options`` adds td3_lightning with each option beyond the paper switched on (its cost per step).
 ``--baseline DIR`` adds td3_lightning from another checkout (e.g. ``git worktree add /tmp/base <commit>``),
-run alternately with this one, to compare two versions side by side in one run.
+run alternately with this one, to compare two versions side by side in one run. ``--td7`` adds td3_lightning
+with every option of the TD7 configs (and the baseline's, with ``--baseline``).
 ``--device cuda`` adds td3_lightning with the losses compiled (``compile_mode reduce-overhead``) and with the
 update captured as CUDA graphs (``compile_mode cudagraphs``) beside eager and the plain loop.
 ``--configs car walker2d halfcheetah_td7`` times those configs instead, eager against ``cudagraphs`` (``--config-steps``).
@@ -218,9 +219,16 @@ OPTIONS = {
         n, d, ("--model.embedding_dim", "256", "--model.target_update_every", "250")),
     "td3_lightning + LAP sampler": lambda n, d: run_td3_lightning(n, d, ("--data.sampler", "lap")),
     "td3_lightning + policy_checkpoints": lambda n, d: run_td3_lightning(n, d, ("--model.policy_checkpoints", "true")),
+    "td3_lightning + critic_bins 101 (HL-Gauss)": lambda n, d: run_td3_lightning(
+        n, d, ("--model.critic_bins", "101", "--model.critic_range", "[-300, 300]")),
     "td3_lightning + TD7 set (SALE, LAP)": lambda n, d: run_td3_lightning(
         n, d, ("--model.embedding_dim", "256", "--model.target_update_every", "250", "--data.sampler", "lap")),
 }
+#: --td7: every option of the TD7 configs (*_td7.yaml) on LunarLander, here and (with --baseline) in the baseline
+TD7_SET = ("--model.embedding_dim", "256", "--model.target_update_every", "250", "--model.value_clipping", "true",
+           "--model.actor_q", "mean", "--model.policy_checkpoints", "true", "--data.sampler", "lap")
+TD7 = "td3_lightning + the whole TD7 set"
+BASELINE_TD7 = "td3_lightning (baseline checkout) + the whole TD7 set"
 
 
 # ----------------------------------------------------------------------------- driver
@@ -238,6 +246,8 @@ def main() -> None:
                         "with Lightning's hooked update and with compiled losses (default and reduce-overhead)")
     parser.add_argument("--options", action="store_true",
                         help="also run td3_lightning with each option beyond the paper (docs/options.md) switched on")
+    parser.add_argument("--td7", action="store_true",
+                        help="also run td3_lightning with the whole TD7 set (and the baseline's, with --baseline)")
     parser.add_argument("--baseline", metavar="DIR",
                         help="also run td3_lightning from the source tree DIR (another commit's checkout)")
     parser.add_argument("--configs", nargs="+", choices=CONFIGS, metavar="CONFIG",
@@ -254,8 +264,10 @@ def main() -> None:
                   f"(torch {torch.__version__}); use --device cpu", file=sys.stderr)
             sys.exit(2)
     runners = {**RUNNERS, **ABLATIONS, **OPTIONS, **GPU_MODES, **CONFIG_RUNS}
+    runners[TD7] = lambda n, d: run_td3_lightning(n, d, TD7_SET)
     if args.baseline:
         runners[BASELINE] = lambda n, d: run_td3_lightning(n, d, checkout=args.baseline)
+        runners[BASELINE_TD7] = lambda n, d: run_td3_lightning(n, d, TD7_SET, checkout=args.baseline)
 
     if args.one:
         try:
@@ -273,6 +285,7 @@ def main() -> None:
         names += list(GPU_MODES) if args.device.startswith("cuda") else []
         names += list(OPTIONS) if args.options else []
         names += [BASELINE] if args.baseline else []
+        names += ([TD7] + ([BASELINE_TD7] if args.baseline else [])) if args.td7 else []
         names = list(dict.fromkeys(names))  # --ablations on cuda names reduce-overhead twice
     steps = args.config_steps if args.configs else args.steps
     results: dict[str, list[dict[str, float]]] = {n: [] for n in names}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,13 @@ def check_model_options(hp: Mapping[str, Any]) -> None:
         (len(hp["hidden_dims"]) > 0 and all(h > 0 for h in hp["hidden_dims"]),
          f"model.hidden_dims must be positive sizes, e.g. [256, 256], got {hp['hidden_dims']}"),
         (hp["num_critics"] >= 2, f"model.num_critics must be at least 2 (clipped double-Q), got {hp['num_critics']}"),
+        (hp.get("critic_bins", 0) == 0 or hp.get("critic_bins", 0) >= 2,
+         f"model.critic_bins must be 0 (off) or at least 2, got {hp.get('critic_bins')}"),
+        (not hp.get("critic_bins") or hp.get("critic_range") is not None,
+         f"model.critic_bins {hp.get('critic_bins')} needs model.critic_range [low, high], the range of the critics' "
+         "Q values (e.g. [-100, 1500] for HalfCheetah: docs/options.md)"),
+        (hp.get("critic_range") is None or _is_range(hp["critic_range"]),
+         f"model.critic_range must be [low, high], two finite numbers with low < high, got {hp.get('critic_range')}"),
         (0.0 <= hp["gamma"] <= 1.0, f"model.gamma must be in [0, 1], got {hp['gamma']}"),
         (0.0 < hp["tau"] <= 1.0, f"model.tau must be in (0, 1], got {hp['tau']}"),
         (hp["policy_noise"] >= 0, f"model.policy_noise must be >= 0, got {hp['policy_noise']}"),
@@ -42,6 +50,13 @@ def check_model_options(hp: Mapping[str, Any]) -> None:
         if not ok:
             raise UserInputError(message)
     check_extension_options(hp)
+
+
+def _is_range(value: Any) -> bool:
+    """Two finite numbers, the first below the second."""
+    return (isinstance(value, (list, tuple)) and len(value) == 2
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+            and value[0] < value[1])
 
 
 def check_model_files(hp: Mapping[str, Any]) -> None:

@@ -15,6 +15,7 @@ _RULES: list[tuple[str, str, Callable[[Mapping[str, Any], Mapping[str, Any]], st
      else None),
     ("checkpoint_after", "model", lambda m, d: "model.policy_checkpoints false" if not m["policy_checkpoints"]
      else None),
+    ("critic_range", "model", lambda m, d: "model.critic_bins 0" if not m.get("critic_bins") else None),
     ("tau", "model", lambda m, d: "model.target_update_every (hard copies)" if m["target_update_every"] else None),
     ("encoder_features", "model", lambda m, d: "no CNN encoder" if not _cnn(m) else None),
     ("shared_encoder", "model", lambda m, d: "no CNN encoder" if not _cnn(m) else None),

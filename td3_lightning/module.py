@@ -62,6 +62,8 @@ class TD3(L.LightningModule):
         embedding_dim: length of SALE state and state-action embeddings fed to actor and critics (>= 0; 0 = off).
         embedding_lr: Adam learning rate of the SALE encoder (> 0).
         num_critics: number of critics; the target takes the minimum over all of them (>= 2).
+        critic_bins: bins of each critic's value distribution, learnt by HL-Gauss cross-entropy (0 = off, else >= 2).
+        critic_range: lowest and highest Q of those bins, [low, high] (needed with critic_bins).
         gamma: discount factor, in [0, 1].
         tau: Polyak rate of the target networks, in (0, 1] (1 = hard copy).
         target_update_every: hard copies into the targets every N training steps, not Polyak (>= 0; 0 = Polyak).
@@ -98,7 +100,8 @@ class TD3(L.LightningModule):
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
         layer_norm: bool = False, normalize_obs: bool = False,
         embedding_dim: int = 0, embedding_lr: float = 3e-4,
-        num_critics: int = 2, gamma: float = 0.99, tau: float = 0.005,
+        num_critics: int = 2, critic_bins: int = 0, critic_range: list[float] | None = None,
+        gamma: float = 0.99, tau: float = 0.005,
         target_update_every: int = 0, value_clipping: bool = False, actor_q: str = "first",
         policy_checkpoints: bool = False, checkpoint_episodes: int = 20, checkpoint_after: int = 750000,
         policy_noise: float = 0.2, noise_clip: float = 0.5, policy_freq: int = 2,
@@ -117,7 +120,8 @@ class TD3(L.LightningModule):
         if flush_denormal:  # before the networks: CPU threads started later inherit the setting
             torch.set_flush_denormal(True)
         networks = build_networks(obs_shape, action_low, action_high, hidden_dims, num_critics, critic_obs_shape,
-                                  encoder, encoder_features, shared_encoder, layer_norm, embedding_dim, normalize_obs)
+                                  encoder, encoder_features, shared_encoder, layer_norm, embedding_dim, normalize_obs,
+                                  critic_bins, critic_range)
         self.actor, self.critic = networks.actor, networks.critic
         self.extensions = build_extensions(self.hparams, networks)  # what is beyond the paper, by seam
         self.actor_target, self.critic_target = networks.targets()  # frozen copies
@@ -144,13 +148,15 @@ class TD3(L.LightningModule):
 
     def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None
                     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on a prioritised batch, which has ``index``), the Q values
-        ``(critics, batch)`` and, for a prioritised batch, its new priorities ``max_i |Q_i(s, a) - y|`` (else None)."""
-        q = self.critic(critic_view(batch), batch["action"])
-        td = q - self.td_target(batch, noise)
-        if "index" in batch:  # drawn by priority (data.sampler lap): LAP's loss, and the errors for the sampler
-            return lap_loss(td), q, td.detach().abs().max(dim=0).values
-        return td.pow(2).mean(dim=1).sum(), q, None
+        """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on a prioritised batch, which has ``index``; a cross-entropy with
+        critic_bins), the Q values ``(critics, batch)`` and a prioritised batch's new priorities ``max_i |Q_i - y|``."""
+        q, logits = self.critic(critic_view(batch), batch["action"], with_logits=True)
+        y = self.td_target(batch, noise)
+        td = q - y
+        priority = td.detach().abs().max(dim=0).values if "index" in batch else None  # for LAP's sampler
+        if logits is not None:  # distributional critics: each learns y's histogram (critic_bins)
+            return self.critic.head.loss(logits, y), q, priority
+        return (td.pow(2).mean(dim=1).sum() if priority is None else lap_loss(td)), q, priority
 
     def actor_loss(self, batch: dict[str, Tensor], terms: dict[str, Tensor] | None = None) -> Tensor:
         """``-mean Q_1(s, pi(s))`` (or of every Q_i) with the critic's weights held fixed, plus the actor-loss terms,

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from td3_lightning.distributional import ValueHistogram
 from td3_lightning.embeddings import FixedEncoder, SALEEncoder, SALEStateActionInput, SALEStateInput
 from td3_lightning.normalization import ObservationNormalizer
 
@@ -159,21 +160,24 @@ class CriticEnsemble(nn.Module):
         activation: ``relu`` or ``elu`` between the layers.
         layer_norm: a LayerNorm (one per critic) on every hidden layer, before its activation.
         normalizer: applied to observations first (shared with the actor).
+        head: a distributional critic's bins: each critic outputs their logits, its Q their expectation.
     """
 
     def __init__(
         self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int] = (256, 256), num_critics: int = 2,
         encoder: nn.Module | None = None, input_layer: nn.Module | None = None, activation: str = "relu",
-        layer_norm: bool = False, normalizer: nn.Module | None = None,
+        layer_norm: bool = False, normalizer: nn.Module | None = None, head: ValueHistogram | None = None,
     ) -> None:
         super().__init__()
         self.num_critics = num_critics
         self.normalizer = normalizer
         self.encoder = encoder
         self.input_layer = input_layer
+        self.head = head
         self.activation = ACTIVATIONS[activation]
         in_dim = encoder.out_dim if encoder is not None else obs_dim
-        sizes = [input_layer.out_dim if input_layer is not None else in_dim + action_dim, *hidden_dims, 1]
+        sizes = [input_layer.out_dim if input_layer is not None else in_dim + action_dim, *hidden_dims,
+                 head.bins if head is not None else 1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for n_in, n_out in zip(sizes[:-1], sizes[1:]):
@@ -198,8 +202,14 @@ class CriticEnsemble(nn.Module):
             x = F.layer_norm(x, x.shape[-1:]) * gain + offset
         return self.activation(x)
 
-    def forward(self, obs: Tensor, action: Tensor, detach_params: bool = False) -> Tensor:
-        """All critics: ``(num_critics, batch)``; with ``detach_params`` as in :meth:`q1`."""
+    def _values(self, x: Tensor) -> Tensor:
+        """The last layer's output ``(..., 1 or bins)`` -> Q values ``(...)``."""
+        return x.squeeze(-1) if self.head is None else self.head.expectation(x)
+
+    def forward(self, obs: Tensor, action: Tensor, detach_params: bool = False, with_logits: bool = False
+                ) -> Tensor | tuple[Tensor, Tensor | None]:
+        """All critics: ``(num_critics, batch)``; with ``detach_params`` as in :meth:`q1`; ``with_logits``: also a
+        distributional critic's logits ``(num_critics, batch, bins)`` (None without bins)."""
         if self.normalizer is not None:
             obs = self.normalizer(obs)
         if self.input_layer is not None:
@@ -214,7 +224,9 @@ class CriticEnsemble(nn.Module):
             x = torch.baddbmm(b, x, w)
             if i < last:
                 x = self._hidden(x, i, detach=detach_params)
-        return x.squeeze(-1)
+        if with_logits:
+            return self._values(x), (x if self.head is not None else None)
+        return self._values(x)
 
     def q1(self, obs: Tensor, action: Tensor, detach_params: bool = False) -> Tensor:
         """The first critic only, ``(batch,)``.
@@ -236,7 +248,7 @@ class CriticEnsemble(nn.Module):
             x = torch.addmm(b0, x, w0)
             if i < last:
                 x = self._hidden(x, i, member=0, detach=detach_params)
-        return x.squeeze(-1)
+        return self._values(x)
 
 
 class Networks(NamedTuple):
@@ -263,7 +275,8 @@ class Networks(NamedTuple):
 def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action_high: Sequence[float],
                    hidden_dims: Sequence[int], num_critics: int, critic_obs_shape: Sequence[int] | None,
                    encoder: str, encoder_features: int, shared_encoder: bool, layer_norm: bool = False,
-                   embedding_dim: int = 0, normalize_obs: bool = False) -> Networks:
+                   embedding_dim: int = 0, normalize_obs: bool = False, critic_bins: int = 0,
+                   critic_range: Sequence[float] | None = None) -> Networks:
     """The actor and the critic ensemble for the module's options.
 
     Image observations with ``encoder`` ``auto`` (or ``cnn``) get a :class:`PixelEncoder`, shared by
@@ -272,9 +285,11 @@ def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action
     ``embedding_dim`` (vector observations) actor and critics read SALE embeddings as TD7 does: the
     actor ``[AvgL1Norm(linear(s)), z_s]``, each critic ``[AvgL1Norm(linear(s, a)), z_sa, z_s]`` with ELU.
     With ``normalize_obs`` (vector observations) both read observations through one
-    :class:`~td3_lightning.normalization.ObservationNormalizer`.
+    :class:`~td3_lightning.normalization.ObservationNormalizer`. With ``critic_bins`` each critic is
+    distributional over ``critic_range`` (:class:`~td3_lightning.distributional.ValueHistogram`).
     """
     norm = ObservationNormalizer(int(obs_shape[0])) if normalize_obs else None
+    head = ValueHistogram(critic_bins, *critic_range) if critic_bins and critic_range is not None else None
     if embedding_dim:
         obs_dim, action_dim, width = int(obs_shape[0]), len(action_low), int(hidden_dims[0])
         sale = SALEEncoder(obs_dim, action_dim, embedding_dim, width)
@@ -283,7 +298,7 @@ def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action
                       layer_norm=layer_norm, normalizer=norm)
         critic_input = SALEStateActionInput(obs_dim, action_dim, width, num_critics, fixed)
         critic = CriticEnsemble(obs_dim, action_dim, hidden_dims, num_critics, input_layer=critic_input,
-                                activation="elu", layer_norm=layer_norm, normalizer=norm)
+                                activation="elu", layer_norm=layer_norm, normalizer=norm, head=head)
         return Networks(actor, critic, sale, fixed, norm)
     obs_dim, action_dim = int(obs_shape[0]), len(action_low)
     cnn = encoder == "cnn" or (encoder == "auto" and len(obs_shape) == 3)
@@ -298,7 +313,7 @@ def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action
                   layer_norm=layer_norm, normalizer=norm)
     critic_dim = int(critic_obs_shape[0]) if critic_obs_shape is not None else obs_dim
     critic = CriticEnsemble(critic_dim, action_dim, hidden_dims, num_critics, critic_encoder, layer_norm=layer_norm,
-                            normalizer=norm)
+                            normalizer=norm, head=head)
     return Networks(actor, critic, normalizer=norm)
 
 
