@@ -291,10 +291,11 @@ class ReplayBuffer(_Replay):
 
 
 def tensor_bytes(replay: Any) -> int:
-    """The bytes of the tensors that ``replay`` and its sampler hold; built on the meta device, what it would take."""
+    """The bytes of the storage that ``replay`` and its sampler hold per slot (their tensors with a dimension; scalars
+    such as the largest priority are bookkeeping); built on the meta device, what it would take."""
     owners = [replay] + ([replay.sampler] if getattr(replay, "sampler", None) is not None else [])
     return sum(t.numel() * t.element_size() for owner in owners for t in vars(owner).values()
-               if isinstance(t, torch.Tensor))
+               if isinstance(t, torch.Tensor) and t.dim() > 0)
 
 
 def ring_frames(capacity: int) -> int:
