@@ -8,7 +8,8 @@
 # 2. lunar: benchmarks/throughput.py --device cuda: LunarLander-v3, 256-256, batch 256, one update per env step:
 #    td3_lightning eager, compile_mode reduce-overhead, compile_mode cudagraphs, and the plain PyTorch loop;
 # 3. car, walker2d, td7: car.yaml, walker2d.yaml and halfcheetah_td7.yaml (the TD7 set) for 2000 training steps
-#    each, eager against cudagraphs.
+#    each, eager against cudagraphs; td7_official: with a checkout of github.com/sfujim/TD7 in .td7/ (ignored by git;
+#    carry it), the official TD7 code on HalfCheetah-v5 (benchmarks/td7_official.py).
 # Each part has its own time limit; one that fails is reported in the summary and the next one runs. The summary
 # (markdown, for benchmarks/README.md) is printed at the end and kept in summary.md beside each part's output.
 # On a machine without td3_lightning's dependencies (the device image has torch and Lightning, not gymnasium,
@@ -65,4 +66,7 @@ part lunar 180 python3 benchmarks/throughput.py --device cuda --steps 3000 --rep
 part car 100 python3 benchmarks/throughput.py --device cuda --configs car --config-steps 2000 --repeats 1
 part walker2d 100 python3 benchmarks/throughput.py --device cuda --configs walker2d --config-steps 2000 --repeats 1
 part td7 120 python3 benchmarks/throughput.py --device cuda --configs halfcheetah_td7 --config-steps 2000 --repeats 1
+if [ -d .td7 ]; then  # a checkout of github.com/sfujim/TD7 carried here: the official code on the same device
+    part td7_official 90 python3 benchmarks/td7_official.py --td7 .td7 --env HalfCheetah-v5 --steps 2000 --warmup 1000
+fi
 cat "$summary"
