@@ -37,7 +37,7 @@ class ValueHistogram(nn.Module):
 
     def expectation(self, logits: Tensor) -> Tensor:
         """``sum_k softmax(logits)_k c_k``: the Q value of logits ``(..., bins)`` -> ``(...)``."""
-        return (torch.softmax(logits, dim=-1) * self.centers).sum(dim=-1)
+        return (torch.softmax(logits.float(), dim=-1) * self.centers).sum(dim=-1)  # float32 under autocast too
 
     def target_probs(self, y: Tensor) -> Tensor:
         """The probability of each bin under a Gaussian at ``y`` (clamped into the range) of standard deviation
@@ -50,7 +50,7 @@ class ValueHistogram(nn.Module):
         """Cross-entropy of each critic's logits ``(critics, batch, bins)`` against ``y`` ``(batch,)``'s
         histogram, averaged over the batch and summed over the critics (as TD3's squared errors are)."""
         target = self.target_probs(y.detach())
-        return -(target * F.log_softmax(logits, dim=-1)).sum(dim=-1).mean(dim=-1).sum()
+        return -(target * F.log_softmax(logits.float(), dim=-1)).sum(dim=-1).mean(dim=-1).sum()
 
     def extra_repr(self) -> str:
         return f"bins={self.bins}, low={self.low}, high={self.high}, sigma={self.sigma:g}"

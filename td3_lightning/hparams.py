@@ -29,7 +29,7 @@ def check_model_options(hp: Mapping[str, Any]) -> None:
          f"model.critic_bins must be 0 (off) or at least 2, got {hp.get('critic_bins')}"),
         (not hp.get("critic_bins") or hp.get("critic_range") is not None,
          f"model.critic_bins {hp.get('critic_bins')} needs model.critic_range [low, high], the range of the critics' "
-         "Q values (e.g. [-100, 1500] for HalfCheetah: docs/options.md)"),
+         "Q values (e.g. [-100, 2000] for HalfCheetah: docs/options.md)"),
         (hp.get("critic_range") is None or _is_range(hp["critic_range"]),
          f"model.critic_range must be [low, high], two finite numbers with low < high, got {hp.get('critic_range')}"),
         (0.0 <= hp["gamma"] <= 1.0, f"model.gamma must be in [0, 1], got {hp['gamma']}"),

@@ -63,7 +63,7 @@ class TD3(L.LightningModule):
         embedding_lr: Adam learning rate of the SALE encoder (> 0).
         num_critics: number of critics; the target takes the minimum over all of them (>= 2).
         critic_bins: bins of each critic's value distribution, learnt by HL-Gauss cross-entropy (0 = off, else >= 2).
-        critic_range: lowest and highest Q of those bins, [low, high] (needed with critic_bins).
+        critic_range: the interval [low, high] the bins cover, holding every Q of the run (needed with critic_bins).
         gamma: discount factor, in [0, 1].
         tau: Polyak rate of the target networks, in (0, 1] (1 = hard copy).
         target_update_every: hard copies into the targets every N training steps, not Polyak (>= 0; 0 = Polyak).
