@@ -150,12 +150,12 @@ class TD3(L.LightningModule):
                     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on a prioritised batch, which has ``index``; a cross-entropy with
         critic_bins), the Q values ``(critics, batch)`` and a prioritised batch's new priorities ``max_i |Q_i - y|``."""
-        q, logits = self.critic(critic_view(batch), batch["action"], with_logits=True)
-        y = self.td_target(batch, noise)
+        out = self.critic(critic_view(batch), batch["action"], raw=True)  # the last layer: Q, or the bins' logits
+        q, y = self.critic.values(out), self.td_target(batch, noise)
         td = q - y
         priority = td.detach().abs().max(dim=0).values if "index" in batch else None  # for LAP's sampler
-        if logits is not None:  # distributional critics: each learns y's histogram (critic_bins)
-            return self.critic.head.loss(logits, y), q, priority
+        if self.critic.head is not None:  # distributional critics: each learns y's histogram (critic_bins)
+            return self.critic.head.loss(out, y), q, priority
         return (td.pow(2).mean(dim=1).sum() if priority is None else lap_loss(td)), q, priority
 
     def actor_loss(self, batch: dict[str, Tensor], terms: dict[str, Tensor] | None = None) -> Tensor:

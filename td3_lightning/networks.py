@@ -202,14 +202,13 @@ class CriticEnsemble(nn.Module):
             x = F.layer_norm(x, x.shape[-1:]) * gain + offset
         return self.activation(x)
 
-    def _values(self, x: Tensor) -> Tensor:
-        """The last layer's output ``(..., 1 or bins)`` -> Q values ``(...)``."""
-        return x.squeeze(-1) if self.head is None else self.head.expectation(x)
+    def values(self, out: Tensor) -> Tensor:
+        """The last layer's output ``(..., 1)`` or a distributional critic's logits ``(..., bins)`` -> Q ``(...)``."""
+        return out.squeeze(-1) if self.head is None else self.head.expectation(out)
 
-    def forward(self, obs: Tensor, action: Tensor, detach_params: bool = False, with_logits: bool = False
-                ) -> Tensor | tuple[Tensor, Tensor | None]:
-        """All critics: ``(num_critics, batch)``; with ``detach_params`` as in :meth:`q1`; ``with_logits``: also a
-        distributional critic's logits ``(num_critics, batch, bins)`` (None without bins)."""
+    def forward(self, obs: Tensor, action: Tensor, detach_params: bool = False, raw: bool = False) -> Tensor:
+        """All critics: ``(num_critics, batch)``; with ``detach_params`` as in :meth:`q1`; ``raw``: the last layer's
+        output instead, ``(num_critics, batch, 1 or bins)`` (a distributional critic's logits; :meth:`values`)."""
         if self.normalizer is not None:
             obs = self.normalizer(obs)
         if self.input_layer is not None:
@@ -224,9 +223,7 @@ class CriticEnsemble(nn.Module):
             x = torch.baddbmm(b, x, w)
             if i < last:
                 x = self._hidden(x, i, detach=detach_params)
-        if with_logits:
-            return self._values(x), (x if self.head is not None else None)
-        return self._values(x)
+        return x if raw else self.values(x)
 
     def q1(self, obs: Tensor, action: Tensor, detach_params: bool = False) -> Tensor:
         """The first critic only, ``(batch,)``.
@@ -248,7 +245,7 @@ class CriticEnsemble(nn.Module):
             x = torch.addmm(b0, x, w0)
             if i < last:
                 x = self._hidden(x, i, member=0, detach=detach_params)
-        return self._values(x)
+        return self.values(x)
 
 
 class Networks(NamedTuple):

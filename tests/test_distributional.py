@@ -71,7 +71,8 @@ def _batch(n: int = 6) -> dict[str, torch.Tensor]:
 def test_each_critics_q_is_the_expectation_of_its_bins_and_its_loss_the_cross_entropy_to_y():
     m = _module()
     b, noise = _batch(), torch.zeros(6, 1)
-    q, logits = m.critic(b["obs"], b["action"], with_logits=True)
+    logits = m.critic(b["obs"], b["action"], raw=True)
+    q = m.critic(b["obs"], b["action"])
     assert logits.shape == (2, 6, 11) and q.shape == (2, 6)
     centers = torch.linspace(-5 + 5 / 11, 5 - 5 / 11, 11)
     torch.testing.assert_close(q, (logits.softmax(-1) * centers).sum(-1))
