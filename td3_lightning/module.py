@@ -168,7 +168,10 @@ class TD3(L.LightningModule):
         loss = -critic(critic_view(batch), action, detach_params=True).mean()
         view = ActorView(batch, features, preactivation, action, self.actor.action_scale)
         loss, values = self.extensions.actor_terms(loss, view)  # e.g. the teacher's term
-        self.stats.add_terms(values) if terms is None else terms.update(values)
+        if terms is None:
+            self.stats.add_terms(values)
+        else:
+            terms.update(values)
         return loss
 
     def update_targets(self) -> None:

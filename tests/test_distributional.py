@@ -8,8 +8,7 @@ import math
 import lightning as L
 import pytest
 import torch
-from conftest import quiet_trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from conftest import fit_checkpointed, quiet_trainer
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
 from td3_lightning.distributional import SIGMA_PER_BIN, ValueHistogram
@@ -117,12 +116,7 @@ def _fit(path, max_steps: int, ckpt_path=None, every: int | None = None):
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=70, sampler="lap")
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], critic_bins=21,
                 critic_range=[-5.0, 25.0])
-    callbacks = [EnvLoop()]
-    if every is not None:
-        callbacks.append(ModelCheckpoint(dirpath=path, every_n_train_steps=every, save_top_k=-1, filename="s{step}",
-                                         auto_insert_metric_name=False))
-    quiet_trainer(max_steps=max_steps, callbacks=callbacks, enable_checkpointing=every is not None).fit(
-        model, dm, ckpt_path=ckpt_path)
+    fit_checkpointed(model, dm, max_steps, path, every, ckpt_path)
     return model, dm
 
 

@@ -269,21 +269,15 @@ def test_a_prioritised_batch_gets_lap_loss_and_hands_back_its_largest_td_errors(
 
 def _fit_lap(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None, alpha: float = 0.4):
     import lightning as L
-    from conftest import quiet_trainer
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    from conftest import fit_checkpointed
 
-    from td3_lightning import EnvLoop, ReplayDataModule
+    from td3_lightning import ReplayDataModule
 
     L.seed_everything(123)
     dm = ReplayDataModule("td3test/ConstantReward-v0", warmup_steps=20, batch_size=16, buffer_size=70,
                           sampler="lap", priority_alpha=alpha)
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], actor_lr=1e-3, critic_lr=1e-3)
-    callbacks = [EnvLoop()]
-    if every is not None:
-        callbacks.append(ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=every, save_top_k=-1, filename="s{step}",
-                                         auto_insert_metric_name=False))
-    quiet_trainer(max_steps=max_steps, callbacks=callbacks, enable_checkpointing=every is not None).fit(
-        model, dm, ckpt_path=ckpt_path)
+    fit_checkpointed(model, dm, max_steps, tmp_path, every, ckpt_path)
     return model, dm
 
 
