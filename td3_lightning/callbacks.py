@@ -13,6 +13,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import ProgressBar
 
+from td3_lightning.declarations import check_declared
 from td3_lightning.checkpointing import atomic_path
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.errors import UserInputError
@@ -28,10 +29,9 @@ def time_left(step: int, max_steps: int | None, rate: float) -> str:
 
 
 def check_progress_bar_options(options: Mapping[str, Any]) -> None:
-    """One clear line for a :class:`RLProgressBar` option out of range (``options``: its arguments by name)."""
-    for name in ("refresh_seconds", "log_seconds"):
-        if not options[name] >= 0:  # NaN too
-            raise UserInputError(f"progress_bar.{name} must be >= 0 seconds, got {options[name]}")
+    """One clear line for a :class:`RLProgressBar` option out of its declared range (``options``: its arguments by
+    name)."""
+    check_declared("progress_bar", RLProgressBar, options)
 
 
 class RLProgressBar(ProgressBar):

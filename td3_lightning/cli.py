@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import logging
 import os
 import random
@@ -666,7 +667,7 @@ class TD3CLI(LightningCLIHooks):
 
 
 #: option group -> the check of its options (their arguments by name), run on the parsed config
-OPTION_CHECKS = {"model": check_model_options, "data": check_data_options,
+OPTION_CHECKS = {"model": functools.partial(check_model_options, declared=TD3), "data": check_data_options,
                  "progress_bar": check_progress_bar_options, "learning_curve": check_learning_curve_options}
 
 

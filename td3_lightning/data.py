@@ -14,7 +14,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import lightning as L
@@ -25,6 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from td3_lightning import _lightning
+from td3_lightning.declarations import check_declared
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env, training_aids_set
 from td3_lightning.errors import UserInputError
@@ -166,7 +167,7 @@ class ReplayDataModule(L.LightningDataModule):
         steps_per_batch: training steps per Lightning batch: the same training with less loop overhead (>= 1).
         n_step: steps per replayed transition: n-step returns (>= 1; 1 = TD3's one-step target).
         sampler: uniform, or lap: in proportion to the TD error (LAP, with its matching critic loss).
-        priority_alpha: lap: the exponent of the priorities max(|TD error|, 1), in [0, 1] (0 = uniform).
+        priority_alpha: lap: exponent of the priorities max(|TD error|, 1), in [0, 1] (0 = uniform, 1 = proportional).
         num_workers: must be 0: the buffer lives in the main process, batches are sampled there.
     """
 
@@ -186,16 +187,16 @@ class ReplayDataModule(L.LightningDataModule):
         save_replay: bool = True,
         record_test: int = 0,
         record_val: int = 0,
-        video_format: str = "mp4",
+        video_format: Literal["mp4", "gif"] = "mp4",
         tensorboard_video_every: int = 5,
         num_envs: int = 1,
         utd_ratio: float = 1.0,
-        vector_mode: str = "async",
+        vector_mode: Literal["async", "sync"] = "async",
         frame_stack: int | None = None,
         privileged_critic: bool = False,
         steps_per_batch: int = 1,
         n_step: int = 1,
-        sampler: str = "uniform",
+        sampler: Literal["uniform", "lap"] = "uniform",
         priority_alpha: float = 0.4,
         num_workers: int = 0,
     ) -> None:
@@ -579,33 +580,15 @@ class ReplayDataModule(L.LightningDataModule):
 
 
 def check_data_options(options: Mapping[str, Any]) -> None:
-    """Raise :class:`UserInputError` naming the first :class:`ReplayDataModule` option out of its range (``options``:
-    its arguments by name). Needs no env: the command line runs it as soon as the options are parsed."""
+    """Raise :class:`UserInputError` naming the first :class:`ReplayDataModule` option out of its declared range or
+    breaking a rule (``options``: its arguments by name). Needs no env: the command line runs it as soon as the
+    options are parsed."""
+    check_declared("data", ReplayDataModule, options)
     if options["num_workers"] != 0:
         raise UserInputError(
             f"data.num_workers must be 0, got {options['num_workers']}: worker processes would each copy the replay "
             "buffer; batches are sampled in the main process"
         )
-    for name, least in [("batch_size", 1), ("buffer_size", 1), ("warmup_steps", 1), ("eval_episodes", 1),
-                        ("test_episodes", 1), ("num_envs", 1), ("steps_per_batch", 1), ("n_step", 1),
-                        ("eval_seed", 0), ("test_seed", 0), ("record_test", 0), ("record_val", 0), ("frame_stack", 1)]:
-        value = options[name]
-        if value is not None and value < least:  # frame_stack null: the env's own
-            raise UserInputError(f"data.{name} must be at least {least}, got {value}")
-    if options["tensorboard_video_every"] < 0:
-        raise UserInputError(
-            f"data.tensorboard_video_every must be >= 0 (0 = off), got {options['tensorboard_video_every']}")
-    if not options["utd_ratio"] > 0:  # NaN too
-        raise UserInputError(f"data.utd_ratio must be > 0, got {options['utd_ratio']}")
-    for name, choices in (("vector_mode", ("async", "sync")), ("sampler", ("uniform", "lap")),
-                          ("video_format", ("mp4", "gif"))):
-        if options[name] not in choices:
-            raise UserInputError(f"data.{name} must be {' or '.join(choices)}, got {options[name]!r}")
-    if not options["priority_alpha"] >= 0:  # NaN too
-        raise UserInputError(f"data.priority_alpha must be >= 0, got {options['priority_alpha']}")
-    if options["priority_alpha"] > 1:  # beyond proportional: the largest priorities take every draw (or overflow)
-        raise UserInputError(f"data.priority_alpha must be at most 1 (1: draws in proportion to the TD error), got "
-                             f"{options['priority_alpha']}")
     if options["buffer_device"] != "auto" and not _is_device(options["buffer_device"]):
         raise UserInputError(f"data.buffer_device must be auto or a torch device such as cpu or cuda:0, "
                              f"got {options['buffer_device']!r}")

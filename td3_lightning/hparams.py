@@ -6,45 +6,26 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from td3_lightning.declarations import check_declared
 from td3_lightning.errors import UserInputError
 from td3_lightning.extensions import check_extension_options, check_extension_spaces
 from td3_lightning.extensions.teacher import teacher_file
 from td3_lightning.networks import MIN_IMAGE_SIZE
-from td3_lightning.stepping import COMPILE_MODES
 
 
-def check_model_options(hp: Mapping[str, Any]) -> None:
-    """Raise :class:`UserInputError` naming the first model option out of its range. Needs the options alone, not
-    the env's shapes: the command line runs it as soon as the options are parsed (before a checkpoint's
-    hyperparameters replace them)."""
+def check_model_options(hp: Mapping[str, Any], declared: type) -> None:
+    """Raise :class:`UserInputError` for the first model option out of the range that ``declared`` (the module's
+    class) gives it, or breaking a rule between options or of a list's items (``hp``: the options alone, no env
+    shapes)."""
+    check_declared("model", declared, hp)
     rules = [
-        (hp["encoder"] in ("auto", "cnn", "none"), f"model.encoder must be auto, cnn or none, got {hp['encoder']!r}"),
-        (hp["compile_mode"] in COMPILE_MODES,
-         f"model.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {hp['compile_mode']!r}"),
-        (hp["encoder_features"] >= 1, f"model.encoder_features must be >= 1, got {hp['encoder_features']}"),
         (len(hp["hidden_dims"]) > 0 and all(h > 0 for h in hp["hidden_dims"]),
          f"model.hidden_dims must be positive sizes, e.g. [256, 256], got {hp['hidden_dims']}"),
-        (hp["num_critics"] >= 2, f"model.num_critics must be at least 2 (clipped double-Q), got {hp['num_critics']}"),
-        (hp.get("critic_bins", 0) == 0 or hp.get("critic_bins", 0) >= 2,
-         f"model.critic_bins must be 0 (off) or at least 2, got {hp.get('critic_bins')}"),
         (not hp.get("critic_bins") or hp.get("critic_range") is not None,
          f"model.critic_bins {hp.get('critic_bins')} needs model.critic_range [low, high], the range of the critics' "
          "Q values (e.g. [-100, 2000] for HalfCheetah: docs/options.md)"),
         (hp.get("critic_range") is None or _is_range(hp["critic_range"]),
          f"model.critic_range must be [low, high], two finite numbers with low < high, got {hp.get('critic_range')}"),
-        (0.0 <= hp["gamma"] <= 1.0, f"model.gamma must be in [0, 1], got {hp['gamma']}"),
-        (0.0 < hp["tau"] <= 1.0, f"model.tau must be in (0, 1], got {hp['tau']}"),
-        (hp["policy_noise"] >= 0, f"model.policy_noise must be >= 0, got {hp['policy_noise']}"),
-        (hp["noise_clip"] >= 0, f"model.noise_clip must be >= 0, got {hp['noise_clip']}"),
-        (hp["policy_freq"] >= 1, f"model.policy_freq must be >= 1, got {hp['policy_freq']}"),
-        (hp["exploration_noise"] >= 0, f"model.exploration_noise must be >= 0, got {hp['exploration_noise']}"),
-        (hp["actor_lr"] > 0, f"model.actor_lr must be > 0, got {hp['actor_lr']}"),
-        (hp["critic_lr"] > 0, f"model.critic_lr must be > 0, got {hp['critic_lr']}"),
-        (hp["exploration_noise_final"] is None or hp["exploration_noise_final"] >= 0,
-         f"model.exploration_noise_final must be >= 0, got {hp['exploration_noise_final']}"),
-        (hp["lr_final_factor"] > 0, f"model.lr_final_factor must be > 0, got {hp['lr_final_factor']}"),
-        (hp["schedule_steps"] is None or hp["schedule_steps"] >= 1,
-         f"model.schedule_steps must be >= 1, got {hp['schedule_steps']}"),
     ]
     for ok, message in rules:
         if not ok:
@@ -66,10 +47,10 @@ def check_model_files(hp: Mapping[str, Any]) -> None:
         teacher_file(hp["teacher"])
 
 
-def check_hparams(hp: Mapping[str, Any]) -> None:
-    """Raise :class:`UserInputError` naming the first hyperparameter out of range (:func:`check_model_options`) or
-    unfit for the env's observation and action spaces."""
-    check_model_options(hp)
+def check_hparams(hp: Mapping[str, Any], declared: type) -> None:
+    """Raise :class:`UserInputError` naming the first hyperparameter out of its range or breaking a rule
+    (:func:`check_model_options`), or unfit for the env's observation and action spaces."""
+    check_model_options(hp, declared)
     low, high, shape = hp["action_low"], hp["action_high"], hp["obs_shape"]
     rules = [
         (len(shape) == 1 or (len(shape) == 3 and hp["encoder"] != "none"),

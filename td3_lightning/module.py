@@ -11,7 +11,7 @@ Every option is explained in ``docs/options.md``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import lightning as L
 import torch
@@ -102,20 +102,20 @@ class TD3(L.LightningModule):
         embedding_dim: int = 0, embedding_lr: float = 3e-4,
         num_critics: int = 2, critic_bins: int = 0, critic_range: list[float] | None = None,
         gamma: float = 0.99, tau: float = 0.005,
-        target_update_every: int = 0, value_clipping: bool = False, actor_q: str = "first",
+        target_update_every: int = 0, value_clipping: bool = False, actor_q: Literal["first", "mean"] = "first",
         policy_checkpoints: bool = False, checkpoint_episodes: int = 20, checkpoint_after: int = 750000,
         policy_noise: float = 0.2, noise_clip: float = 0.5, policy_freq: int = 2,
         exploration_noise: float = 0.1, actor_lr: float = 3e-4, critic_lr: float = 3e-4,
         exploration_noise_final: float | None = None, lr_final_factor: float = 1.0, schedule_steps: int | None = None,
         preactivation_penalty: float = 0.0,
         reset_steps: list[int] = [],  # noqa: B006 - list default shows in --help
-        encoder: str = "auto", encoder_features: int = 50, shared_encoder: bool = True,
+        encoder: Literal["auto", "cnn", "none"] = "auto", encoder_features: int = 50, shared_encoder: bool = True,
         state_prediction: float = 0.0, teacher: str | None = None, teacher_weight: float = 1.0,
-        random_shift: int = 0, flush_denormal: bool = True, compile_mode: str = "none",
+        random_shift: int = 0, flush_denormal: bool = True, compile_mode: Literal[COMPILE_MODES] = "none",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        check_hparams(self.hparams)
+        check_hparams(self.hparams, TD3)
         self.automatic_optimization = False
         if flush_denormal:  # before the networks: CPU threads started later inherit the setting
             torch.set_flush_denormal(True)

@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning as L
 
+from td3_lightning.declarations import check_declared
 from td3_lightning.checkpointing import atomic_path
 from td3_lightning.errors import UserInputError
 from td3_lightning.stops import stop_signal
@@ -18,7 +19,8 @@ PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg")
 
 
 def check_learning_curve_options(options: Mapping[str, Any]) -> None:
-    """One clear line for a :class:`LearningCurve` option out of range (``options``: its arguments by name)."""
+    """One clear line for a :class:`LearningCurve` option out of its declared range or of a file name that is no plot
+    in the run folder (``options``: its arguments by name)."""
     name = options["filename"]
     if name and (Path(name).name != name or name in (".", "..")):
         raise UserInputError(f"learning_curve.filename must be a file name inside the run folder, without a folder, "
@@ -26,9 +28,7 @@ def check_learning_curve_options(options: Mapping[str, Any]) -> None:
     if name and Path(name).suffix.lower() not in PLOT_FORMATS:
         raise UserInputError(f"learning_curve.filename must end in {', '.join(PLOT_FORMATS)}, got {name!r} "
                              "(empty: no plot)")
-    if options["smooth"] < 1:
-        raise UserInputError(f"learning_curve.smooth must be at least 1 episode (1: no moving average), "
-                             f"got {options['smooth']}")
+    check_declared("learning_curve", LearningCurve, options)
 
 
 class LearningCurve(L.Callback):

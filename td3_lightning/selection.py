@@ -19,6 +19,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from td3_lightning.declarations import check_declared
 from td3_lightning.checkpointing import SELECTION_FILE, atomic_path
 from td3_lightning.data import ReplayDataModule
 from td3_lightning.errors import UserInputError
@@ -27,14 +28,10 @@ from td3_lightning.evaluation import numpy_policy, run_episode
 
 def check_selection_options(options: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None,
                             checkpointing: bool | None = True) -> None:
-    """One clear line for a :class:`CheckpointSelection` option out of range, or for a selection without candidates
+    """One clear line for a :class:`CheckpointSelection` option out of its declared range, or for a selection without candidates
     (``checkpoint``: the checkpoint callback's options; ``checkpointing``: ``trainer.enable_checkpointing``)."""
-    episodes, seed = options["episodes"], options["seed"]
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 0:
-        raise UserInputError(f"selection.episodes must be an integer >= 0 (0 = off), got {episodes!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise UserInputError(f"selection.seed must be an integer >= 0, got {seed!r}")
-    if episodes == 0 or checkpoint is None:
+    check_declared("selection", CheckpointSelection, options)
+    if options["episodes"] == 0 or checkpoint is None:
         return
     if checkpointing is False:
         raise UserInputError("selection.episodes chooses among the kept checkpoints, and trainer.enable_checkpointing "

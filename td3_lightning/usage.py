@@ -131,5 +131,38 @@ def write_help_text(path: Path | None = None) -> Path:
     return path
 
 
+#: the markers around the generated options table in docs/options.md
+TABLE_START, TABLE_END = "<!-- options table: written by python -m td3_lightning.usage -->", "<!-- end of table -->"
+
+
+def options_table() -> str:
+    """Every declared option of the model, the data, the checkpoint selection and the callbacks as a Markdown table (option, default, help),
+    from the declarations (:mod:`td3_lightning.declarations`) that the checks read."""
+    from td3_lightning.callbacks import RLProgressBar
+    from td3_lightning.data import ReplayDataModule
+    from td3_lightning.declarations import options_of
+    from td3_lightning.module import TD3
+    from td3_lightning.plots import LearningCurve
+    from td3_lightning.selection import CheckpointSelection
+
+    rows = ["| option | default | what it is |", "|---|---|---|"]
+    for group, cls in (("model", TD3), ("data", ReplayDataModule), ("selection", CheckpointSelection),
+                       ("progress_bar", RLProgressBar), ("learning_curve", LearningCurve)):
+        rows += [f"| `{group}.{o.name}` | `{_default_text(o.default)}` | {o.help.replace('|', '&#124;')} |"
+                 for o in options_of(cls).values() if LINKED not in o.help]
+    return "\n".join([TABLE_START, *rows, TABLE_END])
+
+
+def write_options_table(path: Path) -> Path:
+    """Replace the table between :data:`TABLE_START` and :data:`TABLE_END` in ``path`` (docs/options.md)."""
+    text = path.read_text()
+    start, end = text.index(TABLE_START), text.index(TABLE_END) + len(TABLE_END)
+    path.write_text(text[:start] + options_table() + text[end:])
+    return path
+
+
 if __name__ == "__main__":
     print(f"wrote {write_help_text()}", file=sys.stderr)
+    docs = Path(__file__).parents[1] / "docs" / "options.md"
+    if docs.is_file():  # a checkout, not an installed package
+        print(f"wrote {write_options_table(docs)}", file=sys.stderr)

@@ -3,6 +3,7 @@ parse errors, each refusal one line that names the problem and the fix."""
 
 from __future__ import annotations
 
+import ast
 import difflib
 import math
 import os
@@ -13,6 +14,7 @@ from typing import Any
 import yaml
 
 from td3_lightning import commands
+from td3_lightning.declarations import one_of
 from td3_lightning.errors import DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, yaml_problem
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -77,6 +79,8 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
         detail = [rest, *lines[1:]] if rest else lines[1:]
         expected = got = None
         for line in detail:
+            if literal := re.match(r"Expected an? typing\.Literal\[(.*)\]\. Got value: (.*)", line):  # a choice
+                return f"{key} must be {one_of(ast.literal_eval(f'({literal[1]},)'))}, got {literal[2]!r}"
             simple = re.match(r"Expected an? (.+?)\. Got value: (.*)", line)
             if simple and expected is None:
                 kind = _clean_type(simple.group(1))

@@ -172,3 +172,44 @@ def test_what_cudagraphs_cannot_run_is_checked_in_one_phase():
                and p.name != "captured.py"]
     assert callers == ["cli.py"]
     assert (PACKAGE / "captured.py").read_text().count("check_capture_options(") == 1  # its definition only
+
+
+#: the classes whose arguments are the command line's option groups, each declared once (td3_lightning.declarations)
+def _declaring_classes() -> dict[str, type]:
+    from td3_lightning.callbacks import RLProgressBar
+    from td3_lightning.plots import LearningCurve
+    from td3_lightning.selection import CheckpointSelection
+
+    return {"model": TD3, "data": ReplayDataModule, "selection": CheckpointSelection, "progress_bar": RLProgressBar,
+            "learning_curve": LearningCurve}
+
+
+def test_no_declared_range_or_choice_is_written_a_second_time():
+    """A range lives in its option's help line, a set of choices in its ``Literal`` type: no refusal names the
+    option's range by hand and no check tests its choices by hand (the generated table of docs aside)."""
+    from td3_lightning.declarations import options_of
+
+    sources = {p.name: p.read_text() for p in PACKAGE.rglob("*.py") if p.name != "_usage_text.py"}
+    written = [f"{file}: {match[0]}" for file, text in sources.items() for group in _declaring_classes()
+               for match in re.finditer(rf"{group}\.\{{\w+\}} must be", text)]  # a loop over options' ranges
+    for group, cls in _declaring_classes().items():
+        for name, option in options_of(cls).items():
+            if option.range is None and not option.choices:
+                continue
+            by_hand = re.compile(rf"{group}\.{name} must be|[\[(]['\"]{name}['\"][^\]\n]*[\])]\s*(?:not )?in [(\[{{]")
+            written += [f"{file}: {match[0]}" for file, text in sources.items() for match in by_hand.finditer(text)]
+    assert written == []
+
+
+def test_every_check_reads_the_range_its_help_shows():
+    from td3_lightning.declarations import options_of
+
+    ranged = {f"{group}.{name}": option for group, cls in _declaring_classes().items()
+              for name, option in options_of(cls).items() if option.range is not None or option.choices}
+    assert len(ranged) >= 45
+    assert ranged["model.gamma"].takes() == "in [0, 1]" and ranged["model.tau"].takes() == "in (0, 1] (1 = hard copy)"
+    assert ranged["model.critic_bins"].takes() == "0 (off) or >= 2"
+    assert ranged["model.encoder"].takes() == "auto, cnn or none" and ranged["data.sampler"].takes() == "uniform or lap"
+    for key, option in ranged.items():  # the refusal says what the help says
+        if option.range is not None and not option.range.zero_off:
+            assert option.range.words() in option.help and option.note in option.help, key

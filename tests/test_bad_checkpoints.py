@@ -184,7 +184,7 @@ def test_bad_checkpoint_one_line_nothing_written(
          "error: the selection episodes (selection.seed 1008: seeds 1008-1010) share env seeds with the validation "
          "episodes (data.eval_seed 1000: seeds 1000-1009), so the selection would replay the validation's own "
          "episodes; move them apart, e.g. --selection.seed 2000000"),
-        (["--data.batch_size", "0", "--print_config"], None, "error: data.batch_size must be at least 1, got 0"),
+        (["--data.batch_size", "0", "--print_config"], None, "error: data.batch_size must be >= 1, got 0"),
         (["--checkpoint.save_top_k", "3"], {"selection": {"episodes": 3, "seed": None}},
          "error: selection.seed must be an integer >= 0, got None"),
         (["--data.env_kwargs", "{max_torque:2}"], None,

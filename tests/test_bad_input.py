@@ -5,7 +5,7 @@ The cases are generated from the parsers. ``fit``, ``validate`` and ``test``: ev
 ``--progress_bar.*`` and ``--learning_curve.*`` option of the subcommand's parser gets a value of the wrong type,
 and every option with a range gets values below it (zero where zero is out of range, a negative number) and above
 it; an option's range is read from its help text (its one-line docstring, e.g. ``(>= 1)``, ``(> 0)``,
-``in [0, 1]``), so ``--help`` shows what the check enforces. ``--ckpt_path`` and ``--config`` get files of the wrong
+``in [0, 1]``) by :func:`td3_lightning.declarations.parse_range`, the same reading the checks are made of. ``--ckpt_path`` and ``--config`` get files of the wrong
 kind. ``fit`` also walks every ``--checkpoint.*`` option and the ``--trainer.*`` options this project counts in
 steps, that take paths, or that a user plausibly breaks (:data:`TRAINER_CASES`). ``export`` and ``tune``: every
 option of their own parsers, by its type, its choices, the range in its help and its metavar (``CKPT`` a
@@ -32,13 +32,13 @@ from conftest import tiny_checkpoint
 from td3_lightning import _lightning
 from td3_lightning.__main__ import main
 from td3_lightning.cli import parser_only_cli
+from td3_lightning.declarations import Range, parse_range
 from td3_lightning.user_input import CONFIG_DIR
 
 #: List options: the range each item must be in (their help names it in words, not as a bound).
 RANGE_NOT_IN_HELP = {
     "model.hidden_dims": ">= 1",  # each size
     "model.reset_steps": ">= 1",  # each step
-    "model.critic_bins": ">= 0",  # 0 (off) or >= 2: 1 is refused too (tests/test_distributional.py)
 }
 #: Number options whose values are bound to each other, not to a range: their wrong values are in CHOICES.
 RELATED_NOT_RANGED = {"model.critic_range": "[low, high], low < high"}
@@ -170,35 +170,32 @@ def _is_mapping(hint: Any) -> bool:
     return any(typing.get_origin(a) is dict for a in (hint, *typing.get_args(hint)))
 
 
-def declared_range(name: str, help_text: str) -> tuple[float | None, bool, float | None, bool] | None:
-    """(low, low included, high, high included) from the help text or :data:`RANGE_NOT_IN_HELP`."""
-    text = RANGE_NOT_IN_HELP.get(name, help_text)
-    number = r"(-?\d+(?:\.\d+)?(?:e-?\d+)?)"
-    if interval := re.search(rf"in ([\[(]){number}, {number}([\])])", text):
-        return float(interval[2]), interval[1] == "[", float(interval[3]), interval[4] == "]"
-    if low := re.search(rf"(?<![<>=!])(>=?) {number}", text):
-        return float(low[2]), low[1] == ">=", None, False
-    if re.match(r"must be 0\b", text):
-        return 0.0, True, 0.0, True
-    return None
+def declared_range(name: str, help_text: str) -> Range | None:
+    """The range the help text declares (:func:`td3_lightning.declarations.parse_range`, what the checks read), or
+    :data:`RANGE_NOT_IN_HELP`'s."""
+    if re.match(r"must be 0\b", help_text):
+        return Range(0.0, True, 0.0, True)
+    return parse_range(f"({RANGE_NOT_IN_HELP[name]})" if name in RANGE_NOT_IN_HELP else help_text)[0]
 
 
 def _fmt(value: float, kind: type) -> str:
     return str(int(value)) if kind is int else repr(float(value))
 
 
-def out_of_range(low: float | None, low_in: bool, high: float | None, high_in: bool, kind: type) -> list[float]:
+def out_of_range(bounds: Range, kind: type) -> list[float]:
+    """The nearest value below the range, zero and a negative number where they are out of it, one above it."""
+    low, high = bounds.low, bounds.high
     values = []
     if low is not None:
-        below = low - 1 if kind is int or low_in else low  # the nearest value below the range
-        values += [v for v in (below, 0, -1) if v < low or (v == low and not low_in)]
+        values += [low - 1 if kind is int or bounds.low_in else low, 0, -1]
     if high is not None:
         values.append(high + 1)
-    return sorted(set(values))
+    return sorted({v for v in values if v not in bounds})
 
 
-def inside(low: float | None, low_in: bool, high: float | None, high_in: bool) -> float:
+def inside(bounds: Range) -> float:
     """A value inside the range."""
+    low, low_in, high, high_in = bounds.low, bounds.low_in, bounds.high, bounds.high_in
     if low is not None and low_in:
         return low
     if high is not None and high_in:
@@ -224,7 +221,7 @@ def typed_cases(name: str, hint: Any, help_text: str) -> list[str]:
     bounds = declared_range(name, help_text)
     if bounds is None:
         return cases  # test_every_numeric_option_declares_its_range names it
-    for value in out_of_range(*bounds, kind):
+    for value in out_of_range(bounds, kind):
         cases.append(f"[{_fmt(value, kind)}]" if is_list else _fmt(value, kind))
     if kind is float:
         cases.append("nan")
@@ -264,7 +261,7 @@ def own_parser_cases(subcommand: str) -> list[tuple[str, str, Any]]:
         if action.type in (int, float):
             cases += [(name, "abc")] + ([(name, "1.5")] if action.type is int else [])
             bounds = declared_range(name, action.help or "")
-            cases += [(name, _fmt(v, action.type)) for v in out_of_range(*bounds, action.type)] if bounds else []
+            cases += [(name, _fmt(v, action.type)) for v in out_of_range(bounds, action.type)] if bounds else []
         cases += [(name, v) for v in PATH_VALUES.get(action.metavar, [])]
         cases += [(name, v) for v in OWN_CASES.get((subcommand, name), [])]
     return [(subcommand, name, value) for name, value in cases]
@@ -278,7 +275,7 @@ def space_cases() -> list[tuple[str, str, Any]]:
         bounds = declared_range(name, help_text)
         if not f"--{name}".startswith(WALKED) or kind is None or is_list or bounds is None:
             continue
-        within, outside = kind(inside(*bounds)), [kind(v) for v in out_of_range(*bounds, kind)]
+        within, outside = kind(inside(bounds)), [kind(v) for v in out_of_range(bounds, kind)]
         for value in {min(outside), max(outside)}:  # the space leaves the range below it, above it
             low, high = sorted((value, within))
             cases.append(("tune", "--space", {name: {"type": kind.__name__, "low": low, "high": high}}))
@@ -417,19 +414,16 @@ def test_a_wrong_value_is_one_line_and_writes_nothing(case, work_folder, capsys,
 
 
 # ------------------------------------------------------------------------------ the helpers of the walk
-def test_declared_ranges_are_read_from_the_help():
-    assert declared_range("x", "discount factor, in [0, 1].") == (0.0, True, 1.0, True)
-    assert declared_range("x", "Polyak rate, in (0, 1] (1 = hard copy).") == (0.0, False, 1.0, True)
-    assert declared_range("x", "number of critics (>= 2).") == (2.0, True, None, False)
-    assert declared_range("x", "updates per transition (> 0); max_steps still counts") == (0.0, False, None, False)
-    assert declared_range("x", "must be 0: the buffer lives in the main process") == (0.0, True, 0.0, True)
+def test_the_walk_goes_below_and_above_each_declared_range():
+    assert declared_range("x", "must be 0: the buffer lives in the main process") == Range(0.0, True, 0.0, True)
     assert declared_range("x", "env seed of the first episode.") is None
-    assert out_of_range(2.0, True, None, False, int) == [-1, 0, 1]
-    assert out_of_range(0.0, False, 1.0, True, float) == [-1, 0, 2.0]
-    assert out_of_range(0.0, True, 0.0, True, int) == [-1, 1]
-    assert not math.isnan(out_of_range(0.0, True, None, False, float)[0])
-    assert inside(0.0, False, 1.0, True) == 1.0 and inside(0.0, False, None, False) == 1.0
-    assert inside(2.0, True, None, False) == 2.0
+    assert out_of_range(Range(2.0, True), int) == [-1, 0, 1]
+    assert out_of_range(Range(0.0, False, 1.0, True), float) == [-1, 0, 2.0]
+    assert out_of_range(Range(0.0, True, 0.0, True), int) == [-1, 1]
+    assert out_of_range(Range(2.0, True, zero_off=True), int) == [-1, 1]  # 0 is off, 1 is refused
+    assert not math.isnan(out_of_range(Range(0.0, True), float)[0])
+    assert inside(Range(0.0, False, 1.0, True)) == 1.0 and inside(Range(0.0, False)) == 1.0
+    assert inside(Range(2.0, True)) == 2.0
 
 
 def test_a_case_replaces_the_base_value_of_its_option():

@@ -325,10 +325,10 @@ def test_load_from_checkpoint_needs_no_env(tmp_path, cli_env):
         (["--data.env_id", "td3test/ImageObs-v0"], "look channels-last (H, W, C)"),
         (["--data.num_workers", "2"], "data.num_workers must be 0, got 2"),
         (["--ckpt_path", "missing.ckpt"], "checkpoint file not found: missing.ckpt"),
-        (["--model.num_critics", "1"], "model.num_critics must be at least 2"),
+        (["--model.num_critics", "1"], "model.num_critics must be >= 2"),
         (["--data.env_kwargs", "{bogus: 1}"], "data.env_kwargs"),
-        (["--data.steps_per_batch", "0"], "data.steps_per_batch must be at least 1, got 0"),
-        (["--data.n_step", "0"], "data.n_step must be at least 1, got 0"),
+        (["--data.steps_per_batch", "0"], "data.steps_per_batch must be >= 1, got 0"),
+        (["--data.n_step", "0"], "data.n_step must be >= 1 (1 = TD3's one-step target), got 0"),
         (["--selection.episodes", "5"], "error: selection.episodes chooses among the checkpoints kept by "
                                         "checkpoint.monitor, and checkpoint.save_top_k is 1"),
         (["--selection.episodes", "5", "--checkpoint.save_top_k", "3", "--trainer.enable_checkpointing", "false"],
@@ -415,10 +415,10 @@ VAL_CHECK = ('error: trainer.val_check_interval must be a number of training ste
          "trainer.val_check_interval counts the steps); got 0"),
         (["--trainer.accumulate_grad_batches", "0"], "error: trainer.accumulate_grad_batches must be 1: TD3 steps its "
                                                      "optimizers itself (manual optimization); got 0"),
-        (["--data.warmup_steps", "-1"], "error: data.warmup_steps must be at least 1, got -1"),
-        (["--data.eval_seed", "-1"], "error: data.eval_seed must be at least 0, got -1"),
-        (["--data.record_val", "-1"], "error: data.record_val must be at least 0, got -1"),
-        (["--data.frame_stack", "0"], "error: data.frame_stack must be at least 1, got 0"),
+        (["--data.warmup_steps", "-1"], "error: data.warmup_steps must be >= 1, got -1"),
+        (["--data.eval_seed", "-1"], "error: data.eval_seed must be >= 0, got -1"),
+        (["--data.record_val", "-1"], "error: data.record_val must be >= 0, got -1"),
+        (["--data.frame_stack", "0"], "error: data.frame_stack must be >= 1 (null: the env's own), got 0"),
         (["--data.frame_stack", "4"], "error: data.frame_stack 4 stacks image frames, and Pendulum-v1's observations "
                                       "are not images (shape (3,)); leave it unset"),
         (["--trainer.max_steps", "1e3"], "error: invalid value for trainer.max_steps: expected an int, got '1000.0' "
@@ -721,7 +721,7 @@ def test_a_model_option_that_breaks_the_checkpoints_combination_is_told_the_resu
         "model.target_update_every (TD7: 250)")
     with pytest.raises(SystemExit):  # the checkpoint's options, and a data option that is wrong whatever the model
         main(["fit", *args, "--model.target_update_every", "8", "--ckpt_path", "last", "--data.batch_size", "0"])
-    assert capsys.readouterr().err.strip() == "error: data.batch_size must be at least 1, got 0"
+    assert capsys.readouterr().err.strip() == "error: data.batch_size must be >= 1, got 0"
     assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:  # what a resume runs with: the checkpoint's SALE options

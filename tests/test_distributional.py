@@ -94,7 +94,7 @@ def test_the_bins_are_options_not_weights_and_a_bad_range_is_one_line():
     with pytest.raises(UserInputError, match=r"^model.critic_range must be \[low, high\], two finite numbers with "
                                              r"low < high, got \[2.0, -2.0\]$"):
         TD3([3], [-1.0], [1.0], critic_bins=11, critic_range=[2.0, -2.0])
-    with pytest.raises(UserInputError, match=r"^model.critic_bins must be 0 \(off\) or at least 2, got 1$"):
+    with pytest.raises(UserInputError, match=r"^model.critic_bins must be 0 \(off\) or >= 2, got 1$"):
         TD3([3], [-1.0], [1.0], critic_bins=1, critic_range=[0.0, 1.0])
 
 

@@ -298,9 +298,10 @@ def test_lap_needs_a_replay_of_whole_observations():
 
     with pytest.raises(UserInputError, match=r"data.sampler must be uniform or lap, got 'per'"):
         ReplayDataModule("Pendulum-v1", sampler="per")
-    with pytest.raises(UserInputError, match=r"data.priority_alpha must be >= 0, got -1"):
+    takes = r"data.priority_alpha must be in \[0, 1\] \(0 = uniform, 1 = proportional\), got "
+    with pytest.raises(UserInputError, match=takes + "-1"):
         ReplayDataModule("Pendulum-v1", sampler="lap", priority_alpha=-1)
-    over = r"data.priority_alpha must be at most 1 \(1: draws in proportion to the TD error\), got 1000"
+    over = takes + "1000"
     with pytest.raises(UserInputError, match=over):
         ReplayDataModule("Pendulum-v1", sampler="lap", priority_alpha=1000)
 

@@ -210,8 +210,8 @@ def test_the_default_space_leaves_tau_out_under_hard_target_updates(tmp_path, mo
          ("error: space entry model.actor_lr: low -0.001 is out of the option's range: model.actor_lr must be > 0, "
           "got -0.001; keep the space inside it")),
         ([], {"data.batch_size": {"type": "categorical", "choices": [64, 0]}},
-         ("error: space entry data.batch_size: choice 0 is out of the option's range: data.batch_size must be at "
-          "least 1, got 0; keep the space inside it")),
+         ("error: space entry data.batch_size: choice 0 is out of the option's range: data.batch_size must be >= "
+          "1, got 0; keep the space inside it")),
         ([], {"data.batch_size": {"type": "float", "low": 16, "high": 64}},
          ("error: space entry data.batch_size: 16.0 is not a valid value (invalid value for data.batch_size: "
           "expected an int, got '16.0'); use type: int")),
