@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from td3_lightning import _lightning
 from td3_lightning.declarations import check_declared
+from td3_lightning.rules import DATA_RULES, check_rules, is_device
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env, training_aids_set
 from td3_lightning.errors import UserInputError
@@ -581,26 +582,16 @@ class ReplayDataModule(L.LightningDataModule):
 
 def check_data_options(options: Mapping[str, Any]) -> None:
     """Raise :class:`UserInputError` naming the first :class:`ReplayDataModule` option out of its declared range or
-    breaking a rule (``options``: its arguments by name). Needs no env: the command line runs it as soon as the
+    breaking one of :data:`~td3_lightning.rules.DATA_RULES` (``options``: its arguments by name). Needs no env: the command line runs it as soon as the
     options are parsed."""
     check_declared("data", ReplayDataModule, options)
-    if options["num_workers"] != 0:
-        raise UserInputError(
-            f"data.num_workers must be 0, got {options['num_workers']}: worker processes would each copy the replay "
-            "buffer; batches are sampled in the main process"
-        )
-    if options["buffer_device"] != "auto" and not _is_device(options["buffer_device"]):
-        raise UserInputError(f"data.buffer_device must be auto or a torch device such as cpu or cuda:0, "
-                             f"got {options['buffer_device']!r}")
-    if options["warmup_steps"] > options["buffer_size"]:
-        raise UserInputError(f"data.warmup_steps ({options['warmup_steps']}) must not exceed data.buffer_size "
-                             f"({options['buffer_size']})")
+    check_rules(DATA_RULES, options)
 
 
 def check_buffer_device(options: dict[str, Any]) -> None:
     """``data.buffer_device`` names a device this machine has (checked for fit, which builds the buffer)."""
     device = options.get("buffer_device", "auto")
-    if device != "auto" and _is_device(device) and not _device_present(torch.device(device)):
+    if device != "auto" and is_device(device) and not _device_present(torch.device(device)):
         raise UserInputError(f"data.buffer_device {device}: this machine has no such device ({_devices_here()}); "
                              "use auto or cpu")
 
@@ -619,14 +610,6 @@ def _device_present(device: torch.device) -> bool:
 def _devices_here() -> str:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return f"{count} CUDA device{'s' if count != 1 else ''}" + (", MPS" if torch.backends.mps.is_available() else "")
-
-
-def _is_device(name: str) -> bool:
-    try:
-        torch.device(name)
-    except (RuntimeError, ValueError):
-        return False
-    return True
 
 
 def privileged_shape(env: gym.Env, env_id: str) -> tuple[int, ...]:

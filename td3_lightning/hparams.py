@@ -1,43 +1,25 @@
-"""The checks of the TD3 module's hyperparameters: one clear line for each value out of range."""
+"""The checks of the TD3 module's hyperparameters: their declared ranges, the rules between them
+(:mod:`td3_lightning.rules`) and what the env's spaces allow; one clear line for each."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from td3_lightning.declarations import check_declared
 from td3_lightning.errors import UserInputError
-from td3_lightning.extensions import check_extension_options, check_extension_spaces
+from td3_lightning.extensions import check_extension_spaces
 from td3_lightning.extensions.teacher import teacher_file
 from td3_lightning.networks import MIN_IMAGE_SIZE
+from td3_lightning.rules import MODEL_RULES, check_rules
 
 
 def check_model_options(hp: Mapping[str, Any], declared: type) -> None:
     """Raise :class:`UserInputError` for the first model option out of the range that ``declared`` (the module's
-    class) gives it, or breaking a rule between options or of a list's items (``hp``: the options alone, no env
+    class) gives it, or breaking one of :data:`~td3_lightning.rules.MODEL_RULES` (``hp``: the options alone, no env
     shapes)."""
     check_declared("model", declared, hp)
-    rules = [
-        (len(hp["hidden_dims"]) > 0 and all(h > 0 for h in hp["hidden_dims"]),
-         f"model.hidden_dims must be positive sizes, e.g. [256, 256], got {hp['hidden_dims']}"),
-        (not hp.get("critic_bins") or hp.get("critic_range") is not None,
-         f"model.critic_bins {hp.get('critic_bins')} needs model.critic_range [low, high], the range of the critics' "
-         "Q values (e.g. [-100, 2000] for HalfCheetah: docs/options.md)"),
-        (hp.get("critic_range") is None or _is_range(hp["critic_range"]),
-         f"model.critic_range must be [low, high], two finite numbers with low < high, got {hp.get('critic_range')}"),
-    ]
-    for ok, message in rules:
-        if not ok:
-            raise UserInputError(message)
-    check_extension_options(hp)
-
-
-def _is_range(value: Any) -> bool:
-    """Two finite numbers, the first below the second."""
-    return (isinstance(value, (list, tuple)) and len(value) == 2
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
-            and value[0] < value[1])
+    check_rules(MODEL_RULES, hp)
 
 
 def check_model_files(hp: Mapping[str, Any]) -> None:

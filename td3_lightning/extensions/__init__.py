@@ -26,8 +26,7 @@ from __future__ import annotations
 from td3_lightning.extensions.base import (
     ActorTerm, ActorTerms, ActorView, AuxiliaryLoss, BatchTransform, StepHook, critic_view)
 from td3_lightning.extensions.build import (
-    Extensions, build_extensions, check_extension_options, check_extension_spaces, check_extensions_act)
+    Extensions, build_extensions, check_extension_spaces, check_extensions_act)
 
 __all__ = ["ActorTerm", "ActorTerms", "ActorView", "AuxiliaryLoss", "BatchTransform", "StepHook", "critic_view",
-           "Extensions", "build_extensions", "check_extension_options",
-           "check_extension_spaces", "check_extensions_act"]
+           "Extensions", "build_extensions", "check_extension_spaces", "check_extensions_act"]

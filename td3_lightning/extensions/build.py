@@ -81,26 +81,6 @@ def build_extensions(hp: Mapping[str, Any], networks: Networks) -> Extensions:
     return Extensions(terms, auxiliary, transforms, hooks, target_value, target_sync)
 
 
-def check_extension_options(hp: Mapping[str, Any]) -> None:
-    """One clear line for extension options that break a rule between options or of a list's items (the options
-    alone, no env shapes)."""
-    resets = hp["reset_steps"]
-    rules = [
-        (isinstance(resets, (list, tuple))
-         and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in resets),
-         f"model.reset_steps must be training steps >= 1, e.g. [60000], got {resets}"),
-        (not hp["embedding_dim"] or hp["target_update_every"] > 0,
-         "model.embedding_dim refreshes the fixed encoder at each hard target update: set "
-         "model.target_update_every (TD7: 250)"),
-        (not hp.get("value_clipping") or hp["target_update_every"] > 0,
-         "model.value_clipping takes new bounds at each hard target update: set model.target_update_every "
-         "(TD7: 250)"),
-    ]
-    for ok, message in rules:
-        if not ok:
-            raise UserInputError(message)
-
-
 def check_extension_spaces(hp: Mapping[str, Any]) -> None:
     """One clear line for an extension that the env's observations (``obs_shape``, ``critic_obs_shape``) do not
     allow."""
