@@ -49,16 +49,17 @@ from td3_lightning.checkpointing import (
     with_atomic_checkpoint_io,
 )
 from td3_lightning.data import ReplayDataModule, changed_training_options, check_buffer_device, check_data_options
+from td3_lightning.declarations import signature_defaults
 from td3_lightning.envs import env_overrides, make_env, trained_on, training_aid_names
 from td3_lightning.errors import PACKAGE_DIR, UserInputError, package_file, shipped_path
 from td3_lightning.extensions import check_extensions_act
-from td3_lightning.idle_options import idle_options, signature_defaults
 from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
 from td3_lightning.extensions.teacher import check_teacher
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
+from td3_lightning.rules import idle_options
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
 from td3_lightning.resources import (
     available_cores,

@@ -25,14 +25,13 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from td3_lightning import _lightning
-from td3_lightning.declarations import check_declared
-from td3_lightning.rules import DATA_RULES, check_rules, is_device
+from td3_lightning.declarations import check_declared, signature_defaults
+from td3_lightning.rules import DATA_RULES, check_rules, idle_data_option, is_device
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.envs import EnvSpec, SingleEnv, check_spaces, make_env, training_aids_set
 from td3_lightning.errors import UserInputError
 from td3_lightning.evaluation import EpisodeStream, Policy, numpy_policy
 from td3_lightning.checkpointing import options_as_trained
-from td3_lightning.idle_options import idle_data_option, signature_defaults
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer, ring_frames, tensor_bytes
 from td3_lightning.samplers import LAPSampler
 from td3_lightning.video import log_tensorboard_video, write_video
@@ -582,8 +581,8 @@ class ReplayDataModule(L.LightningDataModule):
 
 def check_data_options(options: Mapping[str, Any]) -> None:
     """Raise :class:`UserInputError` naming the first :class:`ReplayDataModule` option out of its declared range or
-    breaking one of :data:`~td3_lightning.rules.DATA_RULES` (``options``: its arguments by name). Needs no env: the command line runs it as soon as the
-    options are parsed."""
+    breaking one of :data:`~td3_lightning.rules.DATA_RULES` (``options``: its arguments by name). Needs no env: the
+    command line runs it as soon as the options are parsed."""
     check_declared("data", ReplayDataModule, options)
     check_rules(DATA_RULES, options)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import numbers
 import re
 import types
@@ -99,11 +98,16 @@ class Option:
         elif self.range is not None:
             if isinstance(value, bool) or not isinstance(value, numbers.Integral if self.kind is int else numbers.Real):
                 kind = "an integer" if self.kind is int else "a number"
-                return f"{group}.{self.name} must be {kind} {self.takes()}, got {value!r}"
-            ok = not math.isnan(value) and value in self.range
+                return f"{group}.{self.name} must be {kind} {self.takes()}, got {_written(value)}"
+            ok = value == value and value in self.range  # NaN is no number in range (and huge ints stay exact)
         else:
             return None
-        return None if ok else f"{group}.{self.name} must be {self.takes()}, got {value!r}"
+        return None if ok else f"{group}.{self.name} must be {self.takes()}, got {_written(value)}"
+
+
+def _written(value: Any) -> str:
+    """``value`` as a config writes it: null, true, false; text quoted."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def one_of(choices: tuple[Any, ...]) -> str:
@@ -157,3 +161,8 @@ def check_declared(group: str, cls: type, values: Mapping[str, Any]) -> None:
     for name, option in options_of(cls).items():
         if name in values and (problem := option.problem(group, values[name])) is not None:
             raise UserInputError(problem)
+
+
+def signature_defaults(cls: type) -> dict[str, Any]:
+    """The declared defaults of ``cls``'s options (those that have one)."""
+    return {name: o.default for name, o in options_of(cls).items() if o.default is not inspect.Parameter.empty}

@@ -30,7 +30,7 @@ from td3_lightning.random_stream import RandomStream
 from td3_lightning.samplers import lap_loss
 from td3_lightning.schedules import Schedules, run_length
 from td3_lightning.stats import TrainingStatistics
-from td3_lightning.stepping import ACTOR, AUXILIARY, COMPILE_MODES, CRITIC, Stepper
+from td3_lightning.stepping import ACTOR, AUXILIARY, COMPILE_MODES, CRITIC, CompileMode, Stepper
 
 __all__ = ["TD3", "NonFiniteError", "COMPILE_MODES", "UpdateResult"]
 COUNTS = ("num_critic_updates", "num_actor_updates")  # saved in the checkpoint's td3_lightning section
@@ -61,7 +61,7 @@ class TD3(L.LightningModule):
         normalize_obs: standardise vector observations by running statistics, kept in the actor (and its exports).
         embedding_dim: length of SALE state and state-action embeddings fed to actor and critics (>= 0; 0 = off).
         embedding_lr: Adam learning rate of the SALE encoder (> 0).
-        num_critics: number of critics; the target takes the minimum over all of them (>= 2).
+        num_critics: number of critics; the target takes the minimum over all of them (>= 2; clipped double-Q).
         critic_bins: bins of each critic's value distribution, learnt by HL-Gauss cross-entropy (0 = off, else >= 2).
         critic_range: the interval [low, high] the bins cover, holding every Q of the run (needed with critic_bins).
         gamma: discount factor, in [0, 1].
@@ -111,7 +111,7 @@ class TD3(L.LightningModule):
         reset_steps: list[int] = [],  # noqa: B006 - list default shows in --help
         encoder: Literal["auto", "cnn", "none"] = "auto", encoder_features: int = 50, shared_encoder: bool = True,
         state_prediction: float = 0.0, teacher: str | None = None, teacher_weight: float = 1.0,
-        random_shift: int = 0, flush_denormal: bool = True, compile_mode: Literal[COMPILE_MODES] = "none",
+        random_shift: int = 0, flush_denormal: bool = True, compile_mode: CompileMode = "none",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()

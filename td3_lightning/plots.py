@@ -39,7 +39,7 @@ class LearningCurve(L.Callback):
 
     Args:
         filename: file name of the plot inside the run folder, ending in .png, .svg, .pdf or .jpg (empty: no plot).
-        smooth: window (in episodes) of the moving average drawn over the training returns (>= 1; 1 = none).
+        smooth: window (in episodes) of the moving average drawn over the training returns (>= 1; 1 = no smoothing).
     """
 
     def __init__(self, filename: str = "learning_curve.png", smooth: int = 20) -> None:

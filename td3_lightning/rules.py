@@ -1,6 +1,7 @@
 """The rules that an option's declared range cannot say (:mod:`td3_lightning.declarations`): between options, over
 a list's items, of a value's form. One named list per option group, each rule what must hold and the line that
-refuses it; the options alone, no env (the env's facts are checked in ``hparams.py`` once the env is known)."""
+refuses it; and the list of options that are idle while the option they serve is off (a new run warns of them).
+The options alone, no env (the env's facts are checked in ``hparams.py`` once the env is known)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,51 @@ def check_rules(rules: Mapping[str, Rule], options: Options) -> None:
     for rule in rules.values():
         if not rule.holds(options):
             raise UserInputError(rule.refusal(options))
+
+
+class Idle(NamedTuple):
+    """An option of ``group`` that does nothing while the option it serves is off: ``why(model, data)`` names that
+    (None: the option acts)."""
+
+    group: str
+    why: Callable[[Options, Options], str | None]
+
+
+def _cnn(model: Options) -> bool:
+    return model["encoder"] == "cnn" or (model["encoder"] == "auto" and len(model["obs_shape"]) == 3)
+
+
+IDLE: dict[str, Idle] = {
+    "priority_alpha": Idle("data", lambda m, d: "data.sampler uniform" if d["sampler"] == "uniform" else None),
+    "teacher_weight": Idle("model", lambda m, d: "no model.teacher" if not m["teacher"] else None),
+    "embedding_lr": Idle("model", lambda m, d: "model.embedding_dim 0" if not m["embedding_dim"] else None),
+    "checkpoint_episodes": Idle("model", lambda m, d: "model.policy_checkpoints false"
+                                if not m["policy_checkpoints"] else None),
+    "checkpoint_after": Idle("model", lambda m, d: "model.policy_checkpoints false"
+                             if not m["policy_checkpoints"] else None),
+    "critic_range": Idle("model", lambda m, d: "model.critic_bins 0" if not m.get("critic_bins") else None),
+    "tau": Idle("model", lambda m, d: "model.target_update_every (hard copies)" if m["target_update_every"] else None),
+    "encoder_features": Idle("model", lambda m, d: "no CNN encoder" if not _cnn(m) else None),
+    "shared_encoder": Idle("model", lambda m, d: "no CNN encoder" if not _cnn(m) else None),
+    "schedule_steps": Idle("model", lambda m, d: "no schedule (model.exploration_noise_final null, "
+                           "model.lr_final_factor 1)" if m["exploration_noise_final"] is None
+                           and m["lr_final_factor"] == 1 else None),
+}
+
+
+def idle_options(model: Options, data: Options, defaults: Mapping[str, Options]) -> list[str]:
+    """``group.option value (why)`` for each option of ``model`` and ``data`` (a new run's values) that differs
+    from its default in ``defaults`` (group -> option -> default) and does nothing, given the others."""
+    groups = {"model": model, "data": data}
+    idle = []
+    for name, (group, why) in IDLE.items():
+        value = groups[group].get(name)
+        if name in groups[group] and value != defaults[group].get(name) and (reason := why(model, data)):
+            idle.append(f"{group}.{name} {value} ({reason})")
+    return idle
+
+
+def idle_data_option(name: str, data: Options) -> bool:
+    """Whether the data option ``name`` does nothing given the data options ``data`` (an :data:`IDLE` rule that reads
+    the data group only)."""
+    return name in IDLE and IDLE[name].group == "data" and bool(IDLE[name].why({}, data))

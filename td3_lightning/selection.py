@@ -28,8 +28,9 @@ from td3_lightning.evaluation import numpy_policy, run_episode
 
 def check_selection_options(options: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None,
                             checkpointing: bool | None = True) -> None:
-    """One clear line for a :class:`CheckpointSelection` option out of its declared range, or for a selection without candidates
-    (``checkpoint``: the checkpoint callback's options; ``checkpointing``: ``trainer.enable_checkpointing``)."""
+    """One clear line for a :class:`CheckpointSelection` option out of its declared range, or for a selection
+    without candidates (``checkpoint``: the checkpoint callback's options; ``checkpointing``:
+    ``trainer.enable_checkpointing``)."""
     check_declared("selection", CheckpointSelection, options)
     if options["episodes"] == 0 or checkpoint is None:
         return

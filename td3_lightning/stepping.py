@@ -3,8 +3,9 @@ through them otherwise (precision plugins, DDP, callbacks), and the compiled upd
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -16,7 +17,8 @@ from td3_lightning.distributed import average_gradients
 from td3_lightning.errors import UserInputError
 from td3_lightning.guards import LossGuard
 
-COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs")
+CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs"]
+COMPILE_MODES: tuple[str, ...] = typing.get_args(CompileMode)
 CRITIC, ACTOR, AUXILIARY = 0, 1, 2  # optimizer indices (the critic's steps are the ones global_step counts)
 _UPDATE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 

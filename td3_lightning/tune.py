@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from td3_lightning.commands import PROG, OneLineParser, plain_text
+from td3_lightning.declarations import parse_range
 from td3_lightning.errors import DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, yaml_problem
 from td3_lightning.trainer_options import SEED_RANGE, check_folder_option
 
@@ -517,13 +518,12 @@ def _parser() -> OneLineParser:
 
 
 def check_tune_options(ns: argparse.Namespace) -> None:
-    """The options of tune's own parser, each against what it takes: one-line :class:`UserInputError`."""
-    for name, least in (("n_trials", 1), ("pruner_startup_trials", 0), ("pruner_warmup_steps", 0)):
-        if getattr(ns, name) < least:
-            raise UserInputError(f"--{name} must be at least {least}, got {getattr(ns, name)}")
-    low, high = SEED_RANGE
-    if ns.sampler_seed is not None and not low <= ns.sampler_seed <= high:
-        raise UserInputError(f"--sampler_seed must be in [{low}, {high}], got {ns.sampler_seed}")
+    """The options of tune's own parser, each against what it takes (a number against the range its help declares):
+    one-line :class:`UserInputError`."""
+    for action in _parser().actions():
+        declared, value = parse_range(action.help or "")[0], getattr(ns, action.dest, None)
+        if declared is not None and value is not None and value not in declared:
+            raise UserInputError(f"{action.option_strings[-1]} must be {declared.words()}, got {value}")
     if ns.study_name == "":
         raise UserInputError("--study_name must not be empty; leave it unset for the config file's name")
     check_folder_option("--study_dir", ns.study_dir)

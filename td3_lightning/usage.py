@@ -136,8 +136,8 @@ TABLE_START, TABLE_END = "<!-- options table: written by python -m td3_lightning
 
 
 def options_table() -> str:
-    """Every declared option of the model, the data, the checkpoint selection and the callbacks as a Markdown table (option, default, help),
-    from the declarations (:mod:`td3_lightning.declarations`) that the checks read."""
+    """Every declared option of the model, the data, the checkpoint selection and the callbacks as a Markdown table
+    (option, default, help), from the declarations (:mod:`td3_lightning.declarations`) that the checks read."""
     from td3_lightning.callbacks import RLProgressBar
     from td3_lightning.data import ReplayDataModule
     from td3_lightning.declarations import options_of

@@ -72,6 +72,8 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
     missing, section = re.search(r"Unable to load config '([^']*)'", message), re.match(r'Parser key "(\w+)"', first)
     if missing and section and section.group(1) in CONFIG_SECTIONS:
         key, value = section.group(1), missing.group(1)
+        if inner := re.search(rf'- (Parser key "{key}\.\w+":.*)', message, re.S):  # a file or mapping of options
+            return one_line_parse_error(inner.group(1), options, whole_number_hint)  # with one of them wrong
         return (f"invalid value for {key}: {value!r} is neither its options nor a config file that exists; write the "
                 f"{key} options under it (e.g. {_SECTION_EXAMPLE[key]})")
     if keyed:
@@ -80,7 +82,8 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
         expected = got = None
         for line in detail:
             if literal := re.match(r"Expected an? typing\.Literal\[(.*)\]\. Got value: (.*)", line):  # a choice
-                return f"{key} must be {one_of(ast.literal_eval(f'({literal[1]},)'))}, got {literal[2]!r}"
+                got = "null" if literal[2] == "None" else repr(literal[2])
+                return f"{key} must be {one_of(ast.literal_eval(f'({literal[1]},)'))}, got {got}"
             simple = re.match(r"Expected an? (.+?)\. Got value: (.*)", line)
             if simple and expected is None:
                 kind = _clean_type(simple.group(1))

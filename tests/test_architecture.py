@@ -198,6 +198,12 @@ def test_no_declared_range_or_choice_is_written_a_second_time():
                 continue
             by_hand = re.compile(rf"{group}\.{name} must be|[\[(]['\"]{name}['\"][^\]\n]*[\])]\s*(?:not )?in [(\[{{]")
             written += [f"{file}: {match[0]}" for file, text in sources.items() for match in by_hand.finditer(text)]
+    from td3_lightning.declarations import parse_range
+    from td3_lightning.tune import _parser
+
+    for action in _parser().actions():  # tune's own options: the range in their help is the check
+        if parse_range(action.help or "")[0] is not None:
+            written += [f"tune.py: {m[0]}" for m in re.finditer(rf"--{action.dest} must be", sources["tune.py"])]
     assert written == []
 
 

@@ -714,7 +714,7 @@ def test_a_resume_reads_every_model_option_its_checkpoint_predates_as_the_defaul
     """A checkpoint written before an option existed trained with its default: a resume that sets the option to
     another value is refused like any other changed model option, for every option the module has."""
     from td3_lightning.cli import LINKED_FROM_DATA, RESUME_MAY_CHANGE
-    from td3_lightning.idle_options import signature_defaults
+    from td3_lightning.declarations import signature_defaults
     from td3_lightning.module import TD3
     from td3_lightning.user_input import shown
 

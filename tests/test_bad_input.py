@@ -4,14 +4,14 @@ takes, exit status 2, no traceback, nothing written and every file there before 
 The cases are generated from the parsers. ``fit``, ``validate`` and ``test``: every ``--model.*``, ``--data.*``,
 ``--progress_bar.*`` and ``--learning_curve.*`` option of the subcommand's parser gets a value of the wrong type,
 and every option with a range gets values below it (zero where zero is out of range, a negative number) and above
-it; an option's range is read from its help text (its one-line docstring, e.g. ``(>= 1)``, ``(> 0)``,
-``in [0, 1]``) by :func:`td3_lightning.declarations.parse_range`, the same reading the checks are made of. ``--ckpt_path`` and ``--config`` get files of the wrong
-kind. ``fit`` also walks every ``--checkpoint.*`` option and the ``--trainer.*`` options this project counts in
-steps, that take paths, or that a user plausibly breaks (:data:`TRAINER_CASES`). ``export`` and ``tune``: every
-option of their own parsers, by its type, its choices, the range in its help and its metavar (``CKPT`` a
-checkpoint to read, ``FILE`` a file to read, ``OUT`` a file to write, ``FOLDER`` a folder to write into, ``URL``,
-``NAME``); ``tune`` also gets a search space whose bounds leave the range of each ranged fit option. New options
-without cases fail the completeness tests below.
+it; an option's range is read from its help text (its one-line docstring, e.g. ``(>= 1)``, ``(> 0)``, ``in [0, 1]``)
+by :func:`td3_lightning.declarations.parse_range`, the same reading the checks are made of. ``--ckpt_path`` and
+``--config`` get files of the wrong kind. ``fit`` also walks every ``--checkpoint.*`` option and the ``--trainer.*``
+options this project counts in steps, that take paths, or that a user plausibly breaks (:data:`TRAINER_CASES`).
+``export`` and ``tune``: every option of their own parsers, by its type, its choices, the range in its help and its
+metavar (``CKPT`` a checkpoint to read, ``FILE`` a file to read, ``OUT`` a file to write, ``FOLDER`` a folder to
+write into, ``URL``, ``NAME``); ``tune`` also gets a search space whose bounds leave the range of each ranged fit
+option. New options without cases fail the completeness tests below.
 """
 
 from __future__ import annotations

@@ -813,7 +813,8 @@ def test_progress_line_says_the_time_left():
 
 def test_options_that_serve_an_option_that_is_off_are_warned_of_in_a_new_run(tmp_path, monkeypatch):
     from td3_lightning.data import ReplayDataModule
-    from td3_lightning.idle_options import idle_options, signature_defaults
+    from td3_lightning.declarations import signature_defaults
+    from td3_lightning.rules import idle_options
     from td3_lightning.module import TD3
 
     defaults = {"model": signature_defaults(TD3), "data": signature_defaults(ReplayDataModule)}

@@ -71,7 +71,9 @@ def test_the_options_of_a_class_come_from_its_signature_and_its_args():
     ({"critics": 1}, "g.critics must be >= 2, got 1"),
     ({"critics": 2.0}, "g.critics must be an integer >= 2, got 2.0"),
     ({"lr": "fast"}, "g.lr must be a number > 0, got 'fast'"),
-    ({"lr": True}, "g.lr must be a number > 0, got True"),
+    ({"lr": True}, "g.lr must be a number > 0, got true"),
+    ({"gamma": None}, "g.gamma must be a number in [0, 1], got null"),
+    ({"critics": -(10 ** 400)}, f"g.critics must be >= 2, got {-(10 ** 400)}"),  # exact: no float overflow
     ({"bins": 1}, "g.bins must be 0 (off) or >= 2, got 1"),
     ({"steps": 0}, "g.steps must be >= 1 (null = trainer.max_steps), got 0"),
     ({"mode": "mlp"}, "g.mode must be auto, cnn or none, got 'mlp'"),
@@ -87,9 +89,17 @@ def test_values_inside_their_declarations_and_options_left_out_pass():
     check_declared("g", Example, {"gamma": 0.0, "tau": 1, "critics": 3, "bins": 0, "lr": 1e-9, "steps": None,
                                   "mode": "cnn", "name": "x"})
     check_declared("g", Example, {"bins": 2})  # an option an older checkpoint lacks is left out
+    check_declared("g", Example, {"critics": 10 ** 400, "steps": 10 ** 400})
     check_declared("g", Example, {})
 
 
 def test_a_parser_s_refused_choice_is_told_as_the_declaration_says():
     message = 'Parser key "model.encoder":\n  Expected a typing.Literal[\'auto\', \'cnn\', \'none\']. Got value: mlp'
     assert one_line_parse_error(message) == "model.encoder must be auto, cnn or none, got 'mlp'"
+    assert one_line_parse_error(message.replace("mlp", "None")) == "model.encoder must be auto, cnn or none, got null"
+    in_a_file = ('Parser key "data":\nUnable to load config \'d.yaml\'\n  - Parser key "data.sampler":\n    Expected a '
+                 "typing.Literal['uniform', 'lap']. Got value: per")  # --data d.yaml, or --data '{sampler: per}'
+    assert one_line_parse_error(in_a_file) == "data.sampler must be uniform or lap, got 'per'"
+    missing = ('Parser key "data":\nUnable to load config \'d.yaml\'\n  - Parser key "data": Unable to load config '
+               '"d.yaml"')
+    assert one_line_parse_error(missing).startswith("invalid value for data: 'd.yaml' is neither its options nor")

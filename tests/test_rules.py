@@ -37,7 +37,8 @@ BROKEN = {
         {"buffer_device": "gpu0"}, "data.buffer_device must be auto or a torch device such as cpu or cuda:0, got "
                                    "'gpu0'"),
     "the warm-up fits in the buffer": (
-        {"warmup_steps": 2000, "buffer_size": 1000}, "data.warmup_steps (2000) must not exceed data.buffer_size (1000)"),
+        {"warmup_steps": 2000, "buffer_size": 1000},
+        "data.warmup_steps (2000) must not exceed data.buffer_size (1000)"),
 }
 
 

@@ -172,7 +172,7 @@ def test_the_default_space_leaves_tau_out_under_hard_target_updates(tmp_path, mo
 @pytest.mark.parametrize(
     "args, space, message",
     [
-        (["--n_trials", "0"], None, "error: --n_trials must be at least 1, got 0"),
+        (["--n_trials", "0"], None, "error: --n_trials must be >= 1, got 0"),
         ([], {"model.actr_lr": {"type": "float", "low": 1e-4, "high": 1e-3}},
          ("error: space entry model.actr_lr: no fit option of that name (did you mean model.actor_lr?); the names are "
          "fit options as --help lists them without the dashes, e.g. model.actor_lr")),
