@@ -186,7 +186,7 @@ def test_bad_checkpoint_one_line_nothing_written(
          "episodes; move them apart, e.g. --selection.seed 2000000"),
         (["--data.batch_size", "0", "--print_config"], None, "error: data.batch_size must be >= 1, got 0"),
         (["--checkpoint.save_top_k", "3"], {"selection": {"episodes": 3, "seed": None}},
-         "error: selection.seed must be an integer >= 0, got None"),
+         "error: selection.seed must be an integer >= 0, got null"),
         (["--data.env_kwargs", "{max_torque:2}"], None,
          "error: invalid value for data.env_kwargs: expected one of dict[str, Any], None, got '{max_torque:2}' (YAML "
          "needs a space after each colon, e.g. '{a: 1, b: 2}')"),
