@@ -137,7 +137,8 @@ TABLE_START, TABLE_END = "<!-- options table: written by python -m td3_lightning
 
 def options_table() -> str:
     """Every declared option of the model, the data, the checkpoint selection and the callbacks as a Markdown table
-    (option, default, help), from the declarations (:mod:`td3_lightning.declarations`) that the checks read."""
+    (option, default, help), from the declarations (:mod:`td3_lightning.declarations`) that the checks read; then
+    the Trainer and ModelCheckpoint options of :data:`LIGHTNING_LINES`, in this project's words."""
     from td3_lightning.callbacks import RLProgressBar
     from td3_lightning.data import ReplayDataModule
     from td3_lightning.declarations import options_of
@@ -145,12 +146,15 @@ def options_table() -> str:
     from td3_lightning.plots import LearningCurve
     from td3_lightning.selection import CheckpointSelection
 
-    rows = ["| option | default | what it is |", "|---|---|---|"]
-    for group, cls in (("model", TD3), ("data", ReplayDataModule), ("selection", CheckpointSelection),
-                       ("progress_bar", RLProgressBar), ("learning_curve", LearningCurve)):
-        rows += [f"| `{group}.{o.name}` | `{_default_text(o.default)}` | {o.help.replace('|', '&#124;')} |"
-                 for o in options_of(cls).values() if LINKED not in o.help]
-    return "\n".join([TABLE_START, *rows, TABLE_END])
+    lines = [(f"{group}.{o.name}", o.default, o.help)
+             for group, cls in (("model", TD3), ("data", ReplayDataModule), ("selection", CheckpointSelection),
+                                ("progress_bar", RLProgressBar), ("learning_curve", LearningCurve))
+             for o in options_of(cls).values() if LINKED not in o.help]
+    defaults = _parser_options()[1]  # the Trainer's and ModelCheckpoint's, as this project sets them
+    lines += [(name[2:], defaults.get(name[2:]), text) for name, text in LIGHTNING_LINES.items()]
+    rows = [f"| `{name}` | `{_default_text(default)}` | {text.replace('|', '&#124;')} |"
+            for name, default, text in lines]
+    return "\n".join([TABLE_START, "| option | default | what it is |", "|---|---|---|", *rows, TABLE_END])
 
 
 def write_options_table(path: Path) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,17 @@ def parser_options() -> dict[str, str]:
 def test_the_stored_help_is_the_parser_s(subcommand):
     assert short.build_short_help(subcommand) == HELP[subcommand], (
         "the stored help is out of date: run `python -m td3_lightning.usage`")
+
+
+def test_the_options_table_of_the_docs_is_the_declarations():
+    docs = Path(__file__).parents[1] / "docs" / "options.md"
+    table = short.options_table()
+    assert table in docs.read_text(), "docs/options.md's table is out of date: run `python -m td3_lightning.usage`"
+    rows = table.splitlines()[3:-1]
+    assert "| `model.gamma` | `0.99` | discount factor, in [0, 1]. |" in rows
+    assert "| `data.sampler` | `uniform` |" in "\n".join(rows)
+    assert rows[-1].startswith("| `checkpoint.save_top_k` | `1` |")
+    assert len(rows) == len({row.split("|")[1] for row in rows}) >= 75  # each option once
 
 
 def test_every_project_option_has_one_line_and_lightning_only_the_chosen(parser_options):
