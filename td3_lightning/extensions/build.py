@@ -8,7 +8,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from td3_lightning.errors import UserInputError
 from td3_lightning.extensions.actor_terms import PreactivationPenalty, StatePrediction
 from td3_lightning.extensions.base import ActorTerms, BatchTransform, StepHook
 from td3_lightning.extensions.batch_transforms import NStepReturn, ObservationStatistics, RandomShift
@@ -18,6 +17,7 @@ from td3_lightning.extensions.targets import HardTargetCopies, PolyakAveraging, 
 from td3_lightning.extensions.value_clipping import ClippedTargetValue, TargetValue
 from td3_lightning.extensions.teacher import Teacher
 from td3_lightning.networks import Networks
+from td3_lightning.rules import Rule, check_rules
 
 
 class Extensions(nn.Module):
@@ -81,33 +81,36 @@ def build_extensions(hp: Mapping[str, Any], networks: Networks) -> Extensions:
     return Extensions(terms, auxiliary, transforms, hooks, target_value, target_sync)
 
 
+#: what the env's observations (``obs_shape``, ``critic_obs_shape``) allow of the extensions
+SPACE_RULES: dict[str, Rule] = {
+    "embeddings of vector observations": Rule(
+        lambda o: not o["embedding_dim"] or (len(o["obs_shape"]) == 1 and o["critic_obs_shape"] is None),
+        lambda o: "model.embedding_dim needs vector observations and no privileged critic; set model.embedding_dim 0"),
+    "running statistics of vector observations": Rule(
+        lambda o: not o["normalize_obs"] or (len(o["obs_shape"]) == 1 and o["critic_obs_shape"] is None),
+        lambda o: "model.normalize_obs standardises vector observations (images are scaled by the encoder) and needs "
+                  "no privileged critic; set model.normalize_obs false"),
+}
+
+#: the options that would do nothing on the env's observations (a new run's)
+ACTING_RULES: dict[str, Rule] = {
+    "shifts of images": Rule(
+        lambda o: not o["random_shift"] or len(o["obs_shape"]) == 3,
+        lambda o: f"model.random_shift shifts image observations, and these are vectors of shape "
+                  f"{tuple(o['obs_shape'])}; set model.random_shift 0"),
+    "predictions of the privileged observation from images": Rule(
+        lambda o: not o["state_prediction"] or (len(o["obs_shape"]) == 3 and o["critic_obs_shape"] is not None),
+        lambda o: "model.state_prediction trains the actor's CNN to predict the privileged observation: it needs "
+                  "image observations and data.privileged_critic true; set model.state_prediction 0"),
+}
+
+
 def check_extension_spaces(hp: Mapping[str, Any]) -> None:
-    """One clear line for an extension that the env's observations (``obs_shape``, ``critic_obs_shape``) do not
-    allow."""
-    rules = [
-        (not hp["embedding_dim"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
-         "model.embedding_dim needs vector observations and no privileged critic; set model.embedding_dim 0"),
-        (not hp["normalize_obs"] or (len(hp["obs_shape"]) == 1 and hp["critic_obs_shape"] is None),
-         "model.normalize_obs standardises vector observations (images are scaled by the encoder) and needs no "
-         "privileged critic; set model.normalize_obs false"),
-    ]
-    for ok, message in rules:
-        if not ok:
-            raise UserInputError(message)
+    """One clear line for an extension that the env's observations do not allow (:data:`SPACE_RULES`)."""
+    check_rules(SPACE_RULES, hp)
 
 
 def check_extensions_act(hp: Mapping[str, Any]) -> None:
-    """One clear line for an option that would do nothing on the env's observations (checked for a new run; a
-    checkpoint that has one is still played and resumed as it was)."""
-    images = len(hp["obs_shape"]) == 3
-    rules = [
-        (not hp["random_shift"] or images,
-         f"model.random_shift shifts image observations, and these are vectors of shape {tuple(hp['obs_shape'])}; "
-         "set model.random_shift 0"),
-        (not hp["state_prediction"] or (images and hp["critic_obs_shape"] is not None),
-         "model.state_prediction trains the actor's CNN to predict the privileged observation: it needs image "
-         "observations and data.privileged_critic true; set model.state_prediction 0"),
-    ]
-    for ok, message in rules:
-        if not ok:
-            raise UserInputError(message)
+    """One clear line for an option that would do nothing on the env's observations (:data:`ACTING_RULES`; checked
+    for a new run; a checkpoint that has one is still played and resumed as it was)."""
+    check_rules(ACTING_RULES, hp)
