@@ -517,10 +517,10 @@ def _parser() -> OneLineParser:
     return parser
 
 
-def check_tune_options(ns: argparse.Namespace) -> None:
-    """The options of tune's own parser, each against what it takes (a number against the range its help declares):
-    one-line :class:`UserInputError`."""
-    for action in _parser().actions():
+def check_tune_options(ns: argparse.Namespace, parser: OneLineParser) -> None:
+    """The options of tune's own ``parser`` as ``ns`` holds them, each against what it takes (a number against the
+    range its help declares): one-line :class:`UserInputError`."""
+    for action in parser.actions():
         declared, value = parse_range(action.help or "")[0], getattr(ns, action.dest, None)
         if declared is not None and value is not None and value not in declared:
             raise UserInputError(f"{action.option_strings[-1]} must be {declared.words()}, got {value}")
@@ -563,12 +563,13 @@ def _check_best_config(path: str, config: str) -> None:
 
 def tune(argv: list[str]) -> None:
     """The ``tune`` subcommand; :class:`UserInputError` for bad input, before anything is written."""
-    ns, overrides = _parser().parse_known_args(argv)
+    parser = _parser()
+    ns, overrides = parser.parse_known_args(argv)
     try:
         import optuna
     except ImportError:
         raise UserInputError('tune needs Optuna, which is not installed: pip install "td3_lightning[tune]"') from None
-    check_tune_options(ns)
+    check_tune_options(ns, parser)
     stray = [a for a in overrides if a.startswith("-") and not a.startswith("--") and not _NUMBER.match(a)]
     if stray:
         raise UserInputError(f"unknown option {stray[0]}; {TUNE} --help lists the options")
