@@ -135,20 +135,25 @@ def write_help_text(path: Path | None = None) -> Path:
 TABLE_START, TABLE_END = "<!-- options table: written by python -m td3_lightning.usage -->", "<!-- end of table -->"
 
 
-def options_table() -> str:
-    """Every declared option of the model, the data, the checkpoint selection and the callbacks as a Markdown table
-    (option, default, help), from the declarations (:mod:`td3_lightning.declarations`) that the checks read; then
-    the Trainer and ModelCheckpoint options of :data:`LIGHTNING_LINES`, in this project's words."""
+def declared_groups() -> dict[str, type]:
+    """The option groups whose options a class declares (:mod:`td3_lightning.declarations`), by group name."""
     from td3_lightning.callbacks import RLProgressBar
     from td3_lightning.data import ReplayDataModule
-    from td3_lightning.declarations import options_of
     from td3_lightning.module import TD3
     from td3_lightning.plots import LearningCurve
     from td3_lightning.selection import CheckpointSelection
 
-    lines = [(f"{group}.{o.name}", o.default, o.help)
-             for group, cls in (("model", TD3), ("data", ReplayDataModule), ("selection", CheckpointSelection),
-                                ("progress_bar", RLProgressBar), ("learning_curve", LearningCurve))
+    return {"model": TD3, "data": ReplayDataModule, "selection": CheckpointSelection, "progress_bar": RLProgressBar,
+            "learning_curve": LearningCurve}
+
+
+def options_table() -> str:
+    """Every declared option of the model, the data, the checkpoint selection and the callbacks as a Markdown table
+    (option, default, help), from the declarations (:mod:`td3_lightning.declarations`) that the checks read; then
+    the Trainer and ModelCheckpoint options of :data:`LIGHTNING_LINES`, in this project's words."""
+    from td3_lightning.declarations import options_of
+
+    lines = [(f"{group}.{o.name}", o.default, o.help) for group, cls in declared_groups().items()
              for o in options_of(cls).values() if LINKED not in o.help]
     defaults = _parser_options()[1]  # the Trainer's and ModelCheckpoint's, as this project sets them
     lines += [(name[2:], defaults.get(name[2:]), text) for name, text in LIGHTNING_LINES.items()]

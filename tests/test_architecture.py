@@ -13,6 +13,7 @@ import pytest
 import td3_lightning
 from td3_lightning import EnvLoop, ReplayDataModule, TD3
 from td3_lightning.errors import UserInputError
+from td3_lightning.usage import declared_groups
 
 PACKAGE = Path(td3_lightning.__file__).parent
 
@@ -174,25 +175,15 @@ def test_what_cudagraphs_cannot_run_is_checked_in_one_phase():
     assert (PACKAGE / "captured.py").read_text().count("check_capture_options(") == 1  # its definition only
 
 
-#: the classes whose arguments are the command line's option groups, each declared once (td3_lightning.declarations)
-def _declaring_classes() -> dict[str, type]:
-    from td3_lightning.callbacks import RLProgressBar
-    from td3_lightning.plots import LearningCurve
-    from td3_lightning.selection import CheckpointSelection
-
-    return {"model": TD3, "data": ReplayDataModule, "selection": CheckpointSelection, "progress_bar": RLProgressBar,
-            "learning_curve": LearningCurve}
-
-
 def test_no_declared_range_or_choice_is_written_a_second_time():
     """A range lives in its option's help line, a set of choices in its ``Literal`` type: no refusal names the
     option's range by hand and no check tests its choices by hand (the generated table of docs aside)."""
     from td3_lightning.declarations import options_of
 
     sources = {p.name: p.read_text() for p in PACKAGE.rglob("*.py") if p.name != "_usage_text.py"}
-    written = [f"{file}: {match[0]}" for file, text in sources.items() for group in _declaring_classes()
+    written = [f"{file}: {match[0]}" for file, text in sources.items() for group in declared_groups()
                for match in re.finditer(rf"{group}\.\{{\w+\}} must be", text)]  # a loop over options' ranges
-    for group, cls in _declaring_classes().items():
+    for group, cls in declared_groups().items():
         for name, option in options_of(cls).items():
             if option.range is None and not option.choices:
                 continue
@@ -210,7 +201,7 @@ def test_no_declared_range_or_choice_is_written_a_second_time():
 def test_every_check_reads_the_range_its_help_shows():
     from td3_lightning.declarations import options_of
 
-    ranged = {f"{group}.{name}": option for group, cls in _declaring_classes().items()
+    ranged = {f"{group}.{name}": option for group, cls in declared_groups().items()
               for name, option in options_of(cls).items() if option.range is not None or option.choices}
     assert len(ranged) >= 45
     assert ranged["model.gamma"].takes() == "in [0, 1]" and ranged["model.tau"].takes() == "in (0, 1] (1 = hard copy)"
