@@ -95,6 +95,11 @@ class LightningCLIHooks(LightningCLI):
         """``run(subcommand)`` is LightningCLI's step that calls the Trainer's method (fit, validate, test)."""
         run(subcommand)
 
+    def read_checkpoint_hparams_now(self) -> None:
+        """LightningCLI's checkpoint step (:meth:`read_checkpoint_hparams`) run now, e.g. inside
+        :meth:`parse_arguments` before ``--print_config`` prints."""
+        self._parse_ckpt_path()
+
     def _run_subcommand(self, subcommand: str) -> None:
         self.run_subcommand(subcommand, super()._run_subcommand)
 

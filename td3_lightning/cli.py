@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch import __version__ as lightning_version
@@ -36,7 +35,6 @@ from td3_lightning import commands
 from td3_lightning._lightning import LightningCLIHooks, cli_config_value, cli_option_names
 from td3_lightning.callbacks import TEST_RESULTS, RLProgressBar, TestReport, check_progress_bar_options
 from td3_lightning.captured import check_capture_options
-from td3_lightning.distributed import check_same_processes, device_count, requested_processes, wants_cuda
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
@@ -48,26 +46,14 @@ from td3_lightning.checkpointing import (
     selected_checkpoint,
     with_atomic_checkpoint_io,
 )
-from td3_lightning.data import ReplayDataModule, changed_training_options, check_buffer_device, check_data_options
+from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
 from td3_lightning.declarations import signature_defaults
-from td3_lightning.envs import env_overrides, make_env, trained_on, training_aid_names
 from td3_lightning.errors import PACKAGE_DIR, UserInputError, package_file, shipped_path
-from td3_lightning.extensions import check_extensions_act
-from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
-from td3_lightning.extensions.teacher import check_teacher
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
-from td3_lightning.rules import idle_options
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
-from td3_lightning.resources import (
-    available_cores,
-    available_memory,
-    check_replay_memory,
-    warn_if_cores_short,
-    warn_if_disk_short,
-)
 from td3_lightning.stops import StopNotice, stop_of
 from td3_lightning.trainer_options import (
     SEED_RANGE,
@@ -77,6 +63,7 @@ from td3_lightning.trainer_options import (
     max_time_seconds,
 )
 from td3_lightning.user_input import one_line_parse_error, resolve_config_args, shown
+from td3_lightning.validation import checkpoint_of_another_env, validate_run
 
 TRAINER_DEFAULTS: dict[str, Any] = {
     "max_steps": 100_000,  # training steps = env steps after the warm-up
@@ -270,7 +257,8 @@ class TD3CLI(LightningCLIHooks):
     _ckpt_facts: dict[str, Any] | None = None
     _notes: tuple[str, ...] = ()  # said once the input has passed every check
     _given_model_options: tuple[str, ...] = ()  # the --model.* options on the command line
-    _recheck = False  # the options failed a check that the checkpoint's model options may pass
+    _printing = False  # --print_config: the options are resolved and checked, then printed
+    _print_as_given = False  # --print_config found no checkpoint to read: jsonargparse prints the options as given
     _argv: list[str] = []  # the command line parsed (for the command that goes on after a stop)
     _ckpt_on_command_line = False  # --ckpt_path given on the command line (not only in a --config file)
     _checkpoint_line: str = ""  # which file --ckpt_path last|best chose
@@ -294,73 +282,45 @@ class TD3CLI(LightningCLIHooks):
 
     # ------------------------------------------------------------- parsing
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse, then check every option that needs no env (:func:`check_options`): before a checkpoint's
-        hyperparameters replace the model's options, before anything is built or written. With ``--print_config``
-        the options are checked the same way first (what needs the env or the checkpoint is checked later)."""
+        """Parse; the options are checked once the checkpoint is resolved (:meth:`read_checkpoint_hparams`). With
+        ``--print_config`` they are resolved and checked first: a run that plays or resumes a checkpoint prints the
+        configuration it runs with, the checkpoint's model options and file included (jsonargparse's own print
+        knows neither); without a checkpoint to read (none yet: a config template) jsonargparse prints them as
+        given."""
         argv = self._argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
         printing = [a for a in argv if a == "--print_config" or a.startswith("--print_config=")]
         if printing:  # jsonargparse prints and exits while parsing, before any check
+            self._printing = True
             self.parse_arguments(parser, [a for a in argv if a not in printing])
+            self.read_checkpoint_hparams_now()
             subcommand = self.config.get("subcommand")
-            if subcommand in ("validate", "test") or (subcommand and self.config[subcommand].get("ckpt_path")):
-                self._print_with_checkpoint(parser, subcommand, "skip_null" in printing[-1])
+            if subcommand and self.config[subcommand].get("ckpt_path") is not None and not self._print_as_given:
+                section = yaml.safe_load(parser.dump(self.config, skip_none="skip_null" in printing[-1],
+                                                     format="yaml"))[subcommand]
+                sys.stdout.write(f"# lightning.pytorch=={lightning_version}\n"
+                                 + yaml.safe_dump(section, sort_keys=False))
+                raise SystemExit(0)
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as err:
             raise UserInputError(one_line_parse_error(str(err), cli_option_names(self, args),
                                                       whole_number_hint=True)) from None
-        subcommand = self.config.get("subcommand")
-        section = self.config[subcommand] if subcommand else self.config
         self._given_model_options = given_model_options(argv)
-        try:
-            check_options(section, subcommand or "fit")
-        except UserInputError:  # a resume refuses a given model option first: the fix is to drop it
-            if not (subcommand == "fit" and section.get("ckpt_path") is not None and self._given_model_options):
-                raise
-            self._recheck = True  # once the checkpoint's model options replace these, or a given one is refused
         self._ckpt_on_command_line = any(a == "--ckpt_path" or a.startswith("--ckpt_path=") for a in argv)
-
-    def _print_with_checkpoint(self, parser: LightningArgumentParser, subcommand: str, skip_null: bool) -> None:
-        """``--print_config`` of a run that plays or resumes a checkpoint: the configuration it runs with, the
-        checkpoint's model options and file included (jsonargparse's own print knows neither); exits. Without a
-        checkpoint to read (none yet: a config template) jsonargparse prints the options as given."""
-        try:
-            self._parse_ckpt_path()
-        except UserInputError:
-            return
-        section = yaml.safe_load(parser.dump(self.config, skip_none=skip_null, format="yaml"))[subcommand]
-        sys.stdout.write(f"# lightning.pytorch=={lightning_version}\n"
-                         + yaml.safe_dump(section, sort_keys=False))
-        raise SystemExit(0)
 
     # ------------------------------------------------------------- the checkpoint, before anything is built
     def read_checkpoint_hparams(self, read: Any) -> None:
-        subcommand, ckpt = self.config.get("subcommand"), None
-        if subcommand:
-            config = self.config[subcommand]
-            given = ckpt = config.get("ckpt_path")
-            if ckpt is None and subcommand in ("validate", "test"):
-                ckpt = "best"  # what the newest run found best, not untrained weights
-            if isinstance(ckpt, str) and (ckpt == "hpc" or ckpt.startswith("file://")):  # a file here: checked as one
-                ckpt = _hpc_checkpoint(config) if ckpt == "hpc" else ckpt[len("file://"):]
-                self.config[f"{subcommand}.ckpt_path"] = ckpt
-            if isinstance(ckpt, str) and ckpt not in ("last", "best") and not _lightning_resolves(ckpt):
-                ckpt = shipped_path(ckpt)  # a shipped driver's path works from any folder
-                self.config[f"{subcommand}.ckpt_path"] = ckpt
-            if ckpt in ("last", "best"):
-                newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit")
-                chosen = selected_checkpoint(newest) if ckpt == "best" else None
-                ckpt = str(chosen or newest)
-                self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
-                which = given or f"best, the default of {subcommand}"
-                which += f", chosen in {SELECTION_FILE}" if chosen else ""
-                self._checkpoint_line = f"checkpoint: {ckpt} (--ckpt_path {which})"  # said once the input passed
-            elif ckpt is not None and subcommand in ("validate", "test") and not self._ckpt_on_command_line:
-                # from a config file: a fit's config.yaml names the checkpoint that fit resumed from
-                self._checkpoint_line = (f"checkpoint: {ckpt} (the ckpt_path of the --config file; give --ckpt_path "
-                                         "best, last or a file to play another)")
-            if ckpt is not None and not _lightning_resolves(ckpt):
-                self._ckpt_facts = check_checkpoint(ckpt)
+        """Resolve and read the checkpoint (``read()``: its model options replace the configured ones), then check
+        every option once (:func:`check_options`): the options as given, after a resume has refused the given ones
+        its checkpoint replaces. Nothing is built or written yet."""
+        subcommand = self.config.get("subcommand")
+        try:
+            ckpt = self._resolve_checkpoint(subcommand) if subcommand else None
+        except UserInputError:
+            if not self._printing:
+                raise
+            ckpt, self._print_as_given = None, True  # --print_config of a config template: printed as given
+        typed = (self.config[subcommand] if subcommand else self.config).clone()
         # the checkpoint's hyperparameters replace the configured ones, except resets asked for now (resuming a
         # stuck run with --model.reset_steps is what the option is for) and how this run computes the update
         resets = self.config[subcommand]["model"].get("reset_steps") if subcommand else None
@@ -398,8 +358,36 @@ class TD3CLI(LightningCLIHooks):
             self._notes += (f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's {saved}: the "
                             f"networks start over after training step{'s' if len(resets) > 1 else ''} "
                             f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)",)
-        if self._recheck:  # the configured options failed a check: now with the checkpoint's model options
-            check_options(self.config[subcommand], subcommand)
+        check_options(typed, subcommand or "fit")
+
+    def _resolve_checkpoint(self, subcommand: str) -> str | None:
+        """The file ``--ckpt_path`` names (``last``, ``best``, ``hpc``, a shipped driver's path; ``best`` by default
+        for validate and test) written into the config, its facts read and checked (:func:`check_checkpoint`)."""
+        config = self.config[subcommand]
+        given = ckpt = config.get("ckpt_path")
+        if ckpt is None and subcommand in ("validate", "test"):
+            ckpt = "best"  # what the newest run found best, not untrained weights
+        if isinstance(ckpt, str) and (ckpt == "hpc" or ckpt.startswith("file://")):  # a file here: checked as one
+            ckpt = _hpc_checkpoint(config) if ckpt == "hpc" else ckpt[len("file://"):]
+            self.config[f"{subcommand}.ckpt_path"] = ckpt
+        if isinstance(ckpt, str) and ckpt not in ("last", "best") and not _lightning_resolves(ckpt):
+            ckpt = shipped_path(ckpt)  # a shipped driver's path works from any folder
+            self.config[f"{subcommand}.ckpt_path"] = ckpt
+        if ckpt in ("last", "best"):
+            newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit")
+            chosen = selected_checkpoint(newest) if ckpt == "best" else None
+            ckpt = str(chosen or newest)
+            self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
+            which = given or f"best, the default of {subcommand}"
+            which += f", chosen in {SELECTION_FILE}" if chosen else ""
+            self._checkpoint_line = f"checkpoint: {ckpt} (--ckpt_path {which})"  # said once the input passed
+        elif ckpt is not None and subcommand in ("validate", "test") and not self._ckpt_on_command_line:
+            # from a config file: a fit's config.yaml names the checkpoint that fit resumed from
+            self._checkpoint_line = (f"checkpoint: {ckpt} (the ckpt_path of the --config file; give --ckpt_path "
+                                     "best, last or a file to play another)")
+        if ckpt is not None and not _lightning_resolves(ckpt):
+            self._ckpt_facts = check_checkpoint(ckpt)
+        return ckpt
 
     @staticmethod
     def _record_teacher_where_found(model: Any) -> None:
@@ -438,105 +426,12 @@ class TD3CLI(LightningCLIHooks):
         self._warnings += (f"{subcommand} plays the checkpoint's model ({ckpt}), as it was trained: {listing} "
                            f"{'are' if len(replaced) > 1 else 'is'} not used",)
 
-    def _check_against_env(self) -> None:
-        """The checkpoint's observation and action spaces (and replay capacity) against the
-        configured env; runs once the datamodule has probed the env, before the Trainer is built."""
-        facts = self._ckpt_facts
-        if facts is None:
-            return
-        spec, env_id, path = self.datamodule.spec, self.datamodule.env_id, facts["path"]
-        pairs = [
-            ("observation shape", facts["obs_shape"], tuple(spec.obs_shape)),
-            ("action shape", facts["action_shape"], (len(spec.action_low),)),
-            ("privileged observation shape", facts["critic_obs_shape"], self.datamodule.critic_obs_shape),
-        ]
-        for what, theirs, ours in pairs:
-            if theirs is not None and ours is not None and tuple(theirs) != tuple(ours):
-                raise UserInputError(
-                    f"checkpoint {what} {tuple(theirs)} != {env_id}'s {tuple(ours)} ({path}); "
-                    "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
-                    + trained_on(facts["env"], env_id, self.datamodule.env_kwargs, facts["model"])
-                )
-        self._check_privileged_critic(self.datamodule.critic_obs_shape is not None)
-        bounds = facts["action_bounds"]
-        if bounds is not None and [list(b) for b in bounds] != [list(spec.action_low), list(spec.action_high)]:
-            raise UserInputError(
-                f"checkpoint action bounds low={bounds[0]} high={bounds[1]} != {env_id}'s low={list(spec.action_low)} "
-                f"high={list(spec.action_high)} ({path}); use the env the checkpoint was trained on"
-            )
-        if self.subcommand == "fit" and not facts["resumable"]:
-            raise UserInputError(
-                f"checkpoint {path} holds no optimizer or loop state (a slim or weights-only checkpoint): "
-                "test and validate take it, fit cannot resume from it"
-            )
-        if self.subcommand == "fit" and facts["processes"] is not None:  # before a run folder is written
-            trainer = cli_config_value(self, self.config, "trainer", default={}) or {}
-            check_same_processes(facts["processes"], requested_processes(trainer))
-        capacity = facts["replay_capacity"]
-        if self.subcommand == "fit" and capacity is not None and capacity != self.datamodule.buffer_size:
-            raise UserInputError(
-                f"checkpoint replay buffer capacity {capacity} != data.buffer_size {self.datamodule.buffer_size} "
-                f"({path}); set data.buffer_size {capacity} to resume it"
-            )
-        changed = changed_training_options(facts["data_options"], self.datamodule, path) \
-            if self.subcommand == "fit" else None
-        self._warnings += (changed,) if changed else ()
-        trained_id, trained_kwargs = facts["env"]
-        if trained_id == env_id and trained_kwargs is not None:  # the same shapes, perhaps not the same env
-            fit = self.subcommand in ("fit", None)  # played, a policy keeps the env's rules: its aids are not asked for
-            overrides = env_overrides(trained_kwargs, env_id, self.datamodule.env_kwargs,
-                                      ignore=() if fit else training_aid_names(env_id))
-            if overrides:
-                purpose = "to go on with its env" if fit else "to play it as it was trained"
-                self._warnings += (f"checkpoint {path} was trained on {env_id} with other data.env_kwargs than this "
-                                   f"{self.subcommand}'s: add {' '.join(overrides)} {purpose}",)
-
-    def _check_replay_resources(self) -> None:
-        """The replay buffer fits in the memory of its device (refused otherwise; each process on this node has one),
-        the disk holds the checkpoints that carry it (warned of), and the cores the processes (warned of)."""
-        dm, trainer = self.datamodule, cli_config_value(self, self.config, "trainer", default={}) or {}
-        checkpoint = cli_config_value(self, self.config, "checkpoint", default={}) or {}
-        per_node = device_count(trainer.get("devices") or "auto", wants_cuda(trainer))
-        needed = dm.replay_bytes()
-        on_gpu = dm.buffer_device.startswith("cuda") or (dm.buffer_device == "auto" and wants_cuda(trainer))
-        if on_gpu and per_node == 1 and torch.cuda.is_available():  # one process: no fork that CUDA would break
-            device = torch.device(dm.buffer_device if dm.buffer_device.startswith("cuda") else "cuda")
-            check_replay_memory(needed, dm.buffer_size, torch.cuda.mem_get_info(device)[0], "GPU memory")
-        elif not on_gpu:
-            check_replay_memory(needed, dm.buffer_size, available_memory(), processes=per_node)
-            warn_if_cores_short(per_node, available_cores())
-        max_steps = trainer.get("max_steps") or -1
-        filled = dm.buffer_size if max_steps < 0 else min(dm.buffer_size, dm.warmup_steps + max_steps * dm.num_envs)
-        if dm.save_replay and checkpoint.get("save_last") is not False:
-            where, copies = "last.ckpt holds", 2  # and its replacement, written beside it
-        elif dm.save_replay:
-            where, copies = "each kept checkpoint holds", max(int(checkpoint.get("save_top_k") or 1), 1) + 1
-        else:
-            return
-        folder = checkpoint.get("dirpath") or trainer.get("default_root_dir") or os.getcwd()
-        warn_if_disk_short(folder, copies * needed * filled // dm.buffer_size,
-                           f"{where} {filled} transitions of the replay buffer")
-
-    def _check_privileged_critic(self, ours: bool) -> None:
-        """The checkpoint's critics read what this run's would (``ours``: a privileged state)."""
-        facts = self._ckpt_facts or {}
-        privileged = facts.get("privileged")
-        if privileged is not None and privileged != ours:
-            raise UserInputError(
-                f"checkpoint {facts['path']} was trained with data.privileged_critic {str(privileged).lower()} (its "
-                f"critics read {'a privileged state' if privileged else 'the observation'}); set "
-                f"data.privileged_critic {str(privileged).lower()}"
-            )
-
     def before_instantiate_classes(self) -> None:
-        """What ``model.compile_mode cudagraphs`` and ``model.policy_checkpoints`` need, checked for ``fit`` (and
-        tune's trials) before any env is made or anything is written."""
-        trainer = cli_config_value(self, self.config, "trainer", default={}) or {}
+        """What ``model.compile_mode cudagraphs`` needs, checked for ``fit`` (and tune's trials) before any env is made
+        or anything is written."""
         if self.subcommand in ("fit", None):  # None: tune's trials (run=False)
-            model, data = (cli_config_value(self, self.config, group, default={}) or {} for group in ("model", "data"))
-            check_capture_options(model, trainer)
-            check_policy_checkpoint_options(model, data, requested_processes(trainer),
-                                            resumed=bool(self._ckpt_facts))
+            model = cli_config_value(self, self.config, "model", default={}) or {}
+            check_capture_options(model, cli_config_value(self, self.config, "trainer", default={}) or {})
 
     def instantiate_classes(self) -> None:
         """A Trainer or callback argument that Lightning refuses while they are built (nothing is
@@ -547,30 +442,9 @@ class TD3CLI(LightningCLIHooks):
             checkpoint = _as_dict(cli_config_value(self, self.config, "checkpoint", default={}) or {})
             raise lightning_refusal(err, "checkpoint", checkpoint, kind="callback") from None
         except UserInputError:
-            self._check_checkpoint_observations()  # a checkpoint of another env: say that, not what follows from it
+            if self.subcommand:  # a checkpoint of another env: say that, not what follows from it
+                checkpoint_of_another_env(self._ckpt_facts, _as_dict(self.config[self.subcommand].get("data") or {}))
             raise
-
-    def _check_checkpoint_observations(self) -> None:
-        """The checkpoint's observation shape and privileged critic against the configured env's, when the model
-        could not be built from the checkpoint's hyperparameters (e.g. the pixel driver with the state env's config)."""
-        facts, subcommand = self._ckpt_facts, self.config.get("subcommand")
-        if facts is None or facts.get("obs_shape") is None or not subcommand:
-            return
-        data = self.config[subcommand].get("data") or {}
-        env_id = data.get("env_id")
-        try:
-            probe = make_env(env_id, dict(data.get("env_kwargs") or {}))
-        except Exception:  # noqa: BLE001 - the env's own error is reported by the datamodule
-            return
-        shape = tuple(probe.observation_space.shape or ())
-        probe.close()
-        if tuple(facts["obs_shape"]) != shape:
-            raise UserInputError(
-                f"checkpoint observation shape {tuple(facts['obs_shape'])} != {env_id}'s {shape} ({facts['path']}); "
-                "use the env (data.env_id, data.env_kwargs) the checkpoint was trained on"
-                + trained_on(facts["env"], env_id, dict(data.get("env_kwargs") or {}), facts["model"])
-            ) from None
-        self._check_privileged_critic(bool(data.get("privileged_critic")))
 
     def set_seed(self, seed: Any) -> None:
         # seed_everything true: a seed drawn here (Lightning's own draw is always 0), recorded in the saved config;
@@ -594,19 +468,8 @@ class TD3CLI(LightningCLIHooks):
 
     # ------------------------------------------------------------- the trainer
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins."""
-        self._check_against_env()  # model and datamodule exist now; nothing is written yet
-        if self.subcommand in ("fit", None):
-            self._check_replay_resources()
-        if self.subcommand in ("fit", None) and self.model.hparams.get("teacher"):  # read when fitting starts
-            check_teacher(self.model.hparams.teacher, self.model.hparams)
-        if self.subcommand in ("fit", None) and self._ckpt_facts is None:  # a new run: no option that does nothing
-            check_extensions_act(self.model.hparams)
-            data = {"sampler": self.datamodule.sampler, "priority_alpha": self.datamodule.priority_alpha}
-            defaults = {"model": signature_defaults(TD3), "data": signature_defaults(ReplayDataModule)}
-            if idle := idle_options(self.model.hparams, data, defaults):
-                self._warnings += (f"{', '.join(idle)}: set but idle in this run; leave "
-                                   f"{'them' if len(idle) > 1 else 'it'} out",)
+        """Atomic checkpoint writes by default; a ``CheckpointIO`` in ``--trainer.plugins`` wins. The built run is
+        validated (:func:`validate_run`) before it writes a folder or starts a process."""
         config = cli_config_value(self, self.config_init, "trainer", default={})
         kwargs.setdefault("plugins", with_atomic_checkpoint_io(config.get("plugins")))
         if config.get("logger") in (None, True):  # Lightning's default logger, without the -1 hp_metric placeholder
@@ -620,10 +483,7 @@ class TD3CLI(LightningCLIHooks):
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError, ImportError) as err:  # the Trainer's checks of its arguments
             raise lightning_refusal(err, "trainer", _as_dict(config)) from None
-        # the episodes this subcommand plays, checked before any process is started or anything written
-        stage = "test" if self.subcommand == "test" else "val"
-        if stage == "test" or trainer.limit_val_batches != 0:  # fit may leave validation out
-            self.datamodule.check_episodes(stage, trainer.world_size)
+        self._warnings += validate_run(trainer, self.model, self.datamodule, self.subcommand or "fit", self._ckpt_facts)
         for callback in trainer.callbacks:
             if isinstance(callback, SaveRunConfig):
                 section = self.config[self.subcommand] if self.subcommand else self.config

@@ -34,6 +34,7 @@ from td3_lightning.evaluation import EpisodeStream, Policy, numpy_policy
 from td3_lightning.checkpointing import options_as_trained
 from td3_lightning.replay import FrameStackReplay, ReplayBuffer, ring_frames, tensor_bytes
 from td3_lightning.samplers import LAPSampler
+from td3_lightning.validation import validate_once
 from td3_lightning.video import log_tensorboard_video, write_video
 
 # Training episodes are seeded from this value up, so evaluation and test seeds below it
@@ -299,6 +300,7 @@ class ReplayDataModule(L.LightningDataModule):
         return make_env(self.env_id, self.env_kwargs, render_mode=render_mode)
 
     def setup(self, stage: str) -> None:
+        validate_once(self.trainer, stage if stage in ("fit", "validate", "test") else "fit")
         if aids := training_aids_set(self.env_id, self.env_kwargs):  # said once every check has passed
             played = "validation plays" if stage == "fit" else f"this {stage} plays"
             fix = "give them in data.train_env_kwargs" if stage == "fit" else "leave them out to score by its own rules"
@@ -436,8 +438,6 @@ class ReplayDataModule(L.LightningDataModule):
         video_dir = Path(trainer.log_dir or ".") / "videos"
         tensorboard = False
 
-        self.check_episodes(stage, trainer.world_size)
-
         def plan() -> int:  # at the start of each pass: how many episodes to render
             nonlocal tensorboard
             tensorboard = stage == "val" and self._val_run_logs_video()
@@ -462,6 +462,10 @@ class ReplayDataModule(L.LightningDataModule):
             on_video=on_video,
         )
         return DataLoader(stream, batch_size=None, num_workers=0)
+
+    def changed_training_options(self, saved: dict[str, Any] | None, path: str) -> str | None:
+        """:func:`changed_training_options` of this datamodule: what a resume of ``path`` changes of how it trains."""
+        return changed_training_options(saved, self, path)
 
     def check_episodes(self, stage: str, world_size: int) -> None:
         """One line for the episodes of ``stage`` (val or test) that cannot be played: fewer than the

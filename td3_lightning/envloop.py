@@ -17,7 +17,6 @@ from td3_lightning import _lightning
 from td3_lightning.data import RANK_SEED_STRIDE, TRAIN_SEED_OFFSET, ReplayChunk, ReplayDataModule
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.errors import NonFiniteError, UserInputError
-from td3_lightning.extensions.policy_checkpoints import check_policy_checkpoint_options
 
 
 class EnvLoop(L.Callback):
@@ -79,7 +78,6 @@ class EnvLoop(L.Callback):
             raise UserInputError("EnvLoop needs a ReplayDataModule: "
                                  "call trainer.fit(model, datamodule=ReplayDataModule(...))")
         self.num_envs = dm.num_envs
-        check_policy_checkpoint_options(pl_module.hparams, {"num_envs": self.num_envs}, trainer.world_size)
         self._returns = np.zeros(self.num_envs)
         self._lengths = np.zeros(self.num_envs, dtype=np.int64)
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -173,6 +174,54 @@ def test_what_cudagraphs_cannot_run_is_checked_in_one_phase():
                and p.name != "captured.py"]
     assert callers == ["cli.py"]
     assert (PACKAGE / "captured.py").read_text().count("check_capture_options(") == 1  # its definition only
+
+
+@functools.cache
+def _call_sites() -> dict[str, set[str]]:
+    """Called name -> ``file:function`` of each call of it in the package (``f(...)`` or ``x.f(...)``)."""
+    sites: dict[str, set[str]] = {}
+
+    def visit(node: ast.AST, path: Path, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = f"{where}.{child.name}".lstrip(".") if isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else where
+            if isinstance(child, ast.Call):
+                func = child.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                sites.setdefault(name, set()).add(f"{path.relative_to(PACKAGE)}:{inner}")
+            visit(child, path, inner)
+
+    for path in PACKAGE.rglob("*.py"):
+        visit(ast.parse(path.read_text()), path, "")
+    return sites
+
+
+def _callers(name: str) -> set[str]:
+    return _call_sites().get(name, set())
+
+
+def test_the_run_is_validated_in_one_pass():
+    """What the built run is asked to do (the checkpoint against the env, the processes, the episodes, the teacher,
+    policy checkpoints, options that do nothing, memory and disk) is checked by ``validation.py`` alone; what needs
+    no env, by one call of ``check_options`` once the checkpoint is resolved."""
+    source = (PACKAGE / "validation.py").read_text()
+    checks = sorted({name for name in _calls(source) if name.startswith(("check_", "warn_if_")) or name in (
+        "idle_options",)} - {"check_checkpoint_spaces"})
+    assert {"check_episodes", "check_teacher", "check_policy_checkpoint_options", "check_same_processes",
+            "check_replay_memory", "check_extensions_act", "idle_options"} <= set(checks), checks
+    # a Python user's resume: the Trainer names its checkpoint only when it restores it; a loader refuses what it
+    # cannot load, whoever calls it
+    restored = {"check_same_processes": {"distributed.py:unpack_rank_state"},
+                "check_teacher": {"extensions/teacher.py:load_teacher"}}
+    elsewhere = {name: callers for name in checks
+                 if (callers := {c for c in _callers(name) if not c.startswith("validation.py:")}
+                     - restored.get(name, set()))}
+    assert elsewhere == {}
+    assert _callers("validate_run") == {"cli.py:TD3CLI.instantiate_trainer", "validation.py:validate_once"}
+    assert _callers("validate_once") == {"data.py:ReplayDataModule.setup"}
+    # tune checks the bounds of its search space the way fit checks a value
+    assert _callers("check_options") == {"cli.py:TD3CLI.read_checkpoint_hparams", "tune.py:check_space"}
+    assert _callers("check_same_processes") >= {"validation.py:_checkpoint_against_run"}  # the walk finds calls
 
 
 def test_no_declared_range_or_choice_is_written_a_second_time():
