@@ -221,6 +221,8 @@ OPTIONS = {
     "td3_lightning + policy_checkpoints": lambda n, d: run_td3_lightning(n, d, ("--model.policy_checkpoints", "true")),
     "td3_lightning + critic_bins 101 (HL-Gauss)": lambda n, d: run_td3_lightning(
         n, d, ("--model.critic_bins", "101", "--model.critic_range", "[-300, 300]")),
+    "td3_lightning + critic_hidden_dims [1024, 1024]": lambda n, d: run_td3_lightning(
+        n, d, ("--model.critic_hidden_dims", "[1024, 1024]")),
     "td3_lightning + TD7 set (SALE, LAP)": lambda n, d: run_td3_lightning(
         n, d, ("--model.embedding_dim", "256", "--model.target_update_every", "250", "--data.sampler", "lap")),
 }

@@ -16,7 +16,6 @@ from lightning.pytorch.callbacks import ProgressBar
 from td3_lightning.declarations import check_declared
 from td3_lightning.checkpointing import atomic_path
 from td3_lightning.envloop import EnvLoop
-from td3_lightning.errors import UserInputError
 
 
 def time_left(step: int, max_steps: int | None, rate: float) -> str:

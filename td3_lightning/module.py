@@ -56,7 +56,8 @@ class TD3(L.LightningModule):
         action_low: lower action bounds (linked from the env by the CLI).
         action_high: upper action bounds (linked from the env by the CLI).
         critic_obs_shape: shape of the critics' privileged observation (linked from data.privileged_critic).
-        hidden_dims: hidden layer sizes of the actor and of every critic.
+        hidden_dims: hidden layer sizes of the actor, and of every critic unless critic_hidden_dims.
+        critic_hidden_dims: hidden layer sizes of every critic, e.g. [1024, 1024] for wide critics (null = hidden_dims).
         layer_norm: a LayerNorm on every hidden layer of the actor and the critics.
         normalize_obs: standardise vector observations by running statistics, kept in the actor (and its exports).
         embedding_dim: length of SALE state and state-action embeddings fed to actor and critics (>= 0; 0 = off).
@@ -98,6 +99,7 @@ class TD3(L.LightningModule):
         self, obs_shape: list[int], action_low: list[float], action_high: list[float],  # the env's, linked by the CLI
         critic_obs_shape: list[int] | None = None,
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
+        critic_hidden_dims: list[int] | None = None,
         layer_norm: bool = False, normalize_obs: bool = False,
         embedding_dim: int = 0, embedding_lr: float = 3e-4,
         num_critics: int = 2, critic_bins: int = 0, critic_range: list[float] | None = None,
@@ -119,9 +121,7 @@ class TD3(L.LightningModule):
         self.automatic_optimization = False
         if flush_denormal:  # before the networks: CPU threads started later inherit the setting
             torch.set_flush_denormal(True)
-        networks = build_networks(obs_shape, action_low, action_high, hidden_dims, num_critics, critic_obs_shape,
-                                  encoder, encoder_features, shared_encoder, layer_norm, embedding_dim, normalize_obs,
-                                  critic_bins, critic_range)
+        networks = build_networks(self.hparams)
         self.actor, self.critic = networks.actor, networks.critic
         self.extensions = build_extensions(self.hparams, networks)  # what is beyond the paper, by seam
         self.actor_target, self.critic_target = networks.targets()  # frozen copies
@@ -175,7 +175,8 @@ class TD3(L.LightningModule):
         return loss
 
     def update_targets(self) -> None:
-        """The targets follow: Polyak ``theta' <- (1 - tau) theta' + tau theta``, or hard copies (target_update_every)."""
+        """The targets follow: Polyak ``theta' <- (1 - tau) theta' + tau theta``, or hard copies
+        (target_update_every)."""
         self.extensions.target_sync.after_actor_update(self)
 
     def td3_update(self, batch: dict[str, Tensor], noise: Tensor, update_actor: bool) -> UpdateResult:

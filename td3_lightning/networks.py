@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -269,12 +269,8 @@ class Networks(NamedTuple):
                      for net in (self.actor, self.critic))
 
 
-def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action_high: Sequence[float],
-                   hidden_dims: Sequence[int], num_critics: int, critic_obs_shape: Sequence[int] | None,
-                   encoder: str, encoder_features: int, shared_encoder: bool, layer_norm: bool = False,
-                   embedding_dim: int = 0, normalize_obs: bool = False, critic_bins: int = 0,
-                   critic_range: Sequence[float] | None = None) -> Networks:
-    """The actor and the critic ensemble for the module's options.
+def build_networks(hp: Mapping[str, Any]) -> Networks:
+    """The actor and the critic ensemble for the module's options ``hp`` (its hyperparameters).
 
     Image observations with ``encoder`` ``auto`` (or ``cnn``) get a :class:`PixelEncoder`, shared by
     actor and critics with ``shared_encoder`` (the critics train it). With ``critic_obs_shape`` the
@@ -283,33 +279,38 @@ def build_networks(obs_shape: Sequence[int], action_low: Sequence[float], action
     actor ``[AvgL1Norm(linear(s)), z_s]``, each critic ``[AvgL1Norm(linear(s, a)), z_sa, z_s]`` with ELU.
     With ``normalize_obs`` (vector observations) both read observations through one
     :class:`~td3_lightning.normalization.ObservationNormalizer`. With ``critic_bins`` each critic is
-    distributional over ``critic_range`` (:class:`~td3_lightning.distributional.ValueHistogram`).
+    distributional over ``critic_range`` (:class:`~td3_lightning.distributional.ValueHistogram`). The critics'
+    hidden layers are ``critic_hidden_dims``, or the actor's ``hidden_dims``.
     """
-    norm = ObservationNormalizer(int(obs_shape[0])) if normalize_obs else None
-    head = ValueHistogram(critic_bins, *critic_range) if critic_bins and critic_range is not None else None
-    if embedding_dim:
-        obs_dim, action_dim, width = int(obs_shape[0]), len(action_low), int(hidden_dims[0])
-        sale = SALEEncoder(obs_dim, action_dim, embedding_dim, width)
+    obs_shape, action_low, action_high = hp["obs_shape"], hp["action_low"], hp["action_high"]
+    hidden_dims, num_critics, layer_norm = hp["hidden_dims"], hp["num_critics"], hp["layer_norm"]
+    critic_dims = hp.get("critic_hidden_dims") or hidden_dims
+    norm = ObservationNormalizer(int(obs_shape[0])) if hp["normalize_obs"] else None
+    bins, value_range = hp["critic_bins"], hp["critic_range"]
+    head = ValueHistogram(bins, *value_range) if bins and value_range is not None else None
+    obs_dim, action_dim = int(obs_shape[0]), len(action_low)
+    if hp["embedding_dim"]:
+        width = int(hidden_dims[0])
+        sale = SALEEncoder(obs_dim, action_dim, hp["embedding_dim"], width)
         fixed = FixedEncoder(sale)
         actor = Actor(obs_dim, action_low, action_high, hidden_dims, SALEStateInput(obs_dim, width, fixed),
                       layer_norm=layer_norm, normalizer=norm)
-        critic_input = SALEStateActionInput(obs_dim, action_dim, width, num_critics, fixed)
-        critic = CriticEnsemble(obs_dim, action_dim, hidden_dims, num_critics, input_layer=critic_input,
+        critic_input = SALEStateActionInput(obs_dim, action_dim, int(critic_dims[0]), num_critics, fixed)
+        critic = CriticEnsemble(obs_dim, action_dim, critic_dims, num_critics, input_layer=critic_input,
                                 activation="elu", layer_norm=layer_norm, normalizer=norm, head=head)
         return Networks(actor, critic, sale, fixed, norm)
-    obs_dim, action_dim = int(obs_shape[0]), len(action_low)
+    encoder, features, privileged = hp["encoder"], hp["encoder_features"], hp.get("critic_obs_shape") is not None
     cnn = encoder == "cnn" or (encoder == "auto" and len(obs_shape) == 3)
-    privileged = critic_obs_shape is not None
-    critic_encoder = PixelEncoder(obs_shape, encoder_features) if cnn and not privileged else None
-    share = cnn and shared_encoder and not privileged
+    critic_encoder = PixelEncoder(obs_shape, features) if cnn and not privileged else None
+    share = cnn and hp["shared_encoder"] and not privileged
     if share:
         actor_encoder = critic_encoder
     else:
-        actor_encoder = PixelEncoder(obs_shape, encoder_features) if cnn else None
+        actor_encoder = PixelEncoder(obs_shape, features) if cnn else None
     actor = Actor(obs_dim, action_low, action_high, hidden_dims, actor_encoder, detach_encoder=share,
                   layer_norm=layer_norm, normalizer=norm)
-    critic_dim = int(critic_obs_shape[0]) if critic_obs_shape is not None else obs_dim
-    critic = CriticEnsemble(critic_dim, action_dim, hidden_dims, num_critics, critic_encoder, layer_norm=layer_norm,
+    critic_dim = int(hp["critic_obs_shape"][0]) if privileged else obs_dim
+    critic = CriticEnsemble(critic_dim, action_dim, critic_dims, num_critics, critic_encoder, layer_norm=layer_norm,
                             normalizer=norm, head=head)
     return Networks(actor, critic, normalizer=norm)
 

@@ -48,6 +48,11 @@ MODEL_RULES: dict[str, Rule] = {
     "hidden sizes are positive": Rule(
         lambda o: len(o["hidden_dims"]) > 0 and all(h > 0 for h in o["hidden_dims"]),
         lambda o: f"model.hidden_dims must be positive sizes, e.g. [256, 256], got {o['hidden_dims']}"),
+    "critic hidden sizes are positive": Rule(
+        lambda o: o.get("critic_hidden_dims") is None or (
+            len(o["critic_hidden_dims"]) > 0 and all(h > 0 for h in o["critic_hidden_dims"])),
+        lambda o: f"model.critic_hidden_dims must be positive sizes, e.g. [1024, 1024], or null (the actor's), got "
+                  f"{o['critic_hidden_dims']}"),
     "value bins need the range they cover": Rule(
         lambda o: not o.get("critic_bins") or o.get("critic_range") is not None,
         lambda o: f"model.critic_bins {o.get('critic_bins')} needs model.critic_range [low, high], the range of the "

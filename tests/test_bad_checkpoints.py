@@ -699,7 +699,7 @@ def _another_value(name: str, default):
     """A valid value of model option ``name`` other than its default."""
     special = {"actor_q": "mean", "encoder": "none", "exploration_noise_final": 0.05, "schedule_steps": 10,
                "teacher": "td3_lightning/checkpoints/car_taught.ckpt", "hidden_dims": [8], "critic_range": [-1.0, 1.0],
-               "critic_bins": 2}
+               "critic_bins": 2, "critic_hidden_dims": [8]}
     if name in special:
         return special[name]
     if isinstance(default, bool):

@@ -38,6 +38,7 @@ from td3_lightning.user_input import CONFIG_DIR
 #: List options: the range each item must be in (their help names it in words, not as a bound).
 RANGE_NOT_IN_HELP = {
     "model.hidden_dims": ">= 1",  # each size
+    "model.critic_hidden_dims": ">= 1",  # each size
     "model.reset_steps": ">= 1",  # each step
 }
 #: Number options whose values are bound to each other, not to a range: their wrong values are in CHOICES.

@@ -16,6 +16,9 @@ from td3_lightning.rules import DATA_RULES, MODEL_RULES, check_rules, is_device,
 BROKEN = {
     "hidden sizes are positive": (
         {"hidden_dims": [256, 0]}, "model.hidden_dims must be positive sizes, e.g. [256, 256], got [256, 0]"),
+    "critic hidden sizes are positive": (
+        {"critic_hidden_dims": []}, "model.critic_hidden_dims must be positive sizes, e.g. [1024, 1024], or null (the "
+                                    "actor's), got []"),
     "value bins need the range they cover": (
         {"critic_bins": 51}, "model.critic_bins 51 needs model.critic_range [low, high], the range of the critics' Q "
                              "values (e.g. [-100, 2000] for HalfCheetah: docs/options.md)"),

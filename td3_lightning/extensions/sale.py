@@ -4,11 +4,9 @@ read takes its weights."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import Tensor
 
-from td3_lightning.embeddings import FixedEncoder, SALEEncoder
+from td3_lightning.embeddings import SALEEncoder
 from td3_lightning.extensions.base import AuxiliaryLoss
 from td3_lightning.normalization import ObservationNormalizer
 

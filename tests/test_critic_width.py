@@ -1,0 +1,56 @@
+"""``model.critic_hidden_dims``: critics of their own width (wide critics beside a small actor), against a
+hand-computed forward pass, with SALE's input layer, and resumed exactly."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from conftest import fit_checkpointed
+
+from td3_lightning import TD3, ReplayDataModule
+
+
+def make(**kw) -> TD3:
+    torch.manual_seed(0)
+    return TD3([3], [-1.0, -1.0], [1.0, 1.0], hidden_dims=[16, 16], **kw)
+
+
+def test_the_critics_take_their_own_hidden_sizes_and_the_actor_keeps_its_own():
+    plain, wide = make(), make(critic_hidden_dims=[64, 32])
+    assert [p.shape for p in wide.actor.parameters()] == [p.shape for p in plain.actor.parameters()]
+    assert [tuple(w.shape) for w in wide.critic.weights] == [(2, 5, 64), (2, 64, 32), (2, 32, 1)]
+    assert [tuple(w.shape) for w in wide.critic_target.weights] == [(2, 5, 64), (2, 64, 32), (2, 32, 1)]
+    obs, action, c = torch.randn(4, 3), torch.rand(4, 2), wide.critic
+    for member in range(2):  # Q = W3 relu(W2 relu(W1 [s, a] + b1) + b2) + b3, per critic
+        h = torch.cat([obs, action], dim=1)
+        for i in range(2):
+            h = torch.relu(h @ c.weights[i][member] + c.biases[i][member])
+        expected = (h @ c.weights[2][member] + c.biases[2][member]).squeeze(-1)
+        assert torch.allclose(c(obs, action)[member], expected, atol=1e-6)
+    same = make(critic_hidden_dims=[16, 16])  # null and the actor's sizes build the same networks
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), same.state_dict().values()))
+
+
+def test_sale_critics_read_their_embedding_input_at_their_own_width():
+    m = make(critic_hidden_dims=[64, 32], embedding_dim=8, target_update_every=10)
+    assert tuple(m.critic.input_layer.weight.shape) == (2, 5, 64)  # linear(s, a) at the critics' first width
+    assert [tuple(w.shape) for w in m.critic.weights] == [(2, 64 + 8 + 8, 64), (2, 64, 32), (2, 32, 1)]
+    assert m.actor.encoder.linear.out_features == 16  # the actor's [AvgL1Norm(linear(s)), z_s] at its own width
+    assert m.critic(torch.randn(4, 3), torch.rand(4, 2)).shape == (2, 4)
+
+
+def _fit(path, max_steps: int, ckpt_path=None, every: int | None = None):
+    L.seed_everything(3)
+    dm = ReplayDataModule("td3test/ConstantReward-v0", warmup_steps=20, batch_size=16, buffer_size=200)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8], critic_hidden_dims=[32, 16])
+    fit_checkpointed(model, dm, max_steps, path, every, ckpt_path)
+    return model
+
+
+def test_a_run_with_wide_critics_resumes_exactly(tmp_path):
+    straight = _fit(tmp_path / "a", 120)
+    _fit(tmp_path / "b", 60, every=60)  # 60 + 20 warm-up env steps: an episode's end
+    resumed = _fit(tmp_path / "c", 120, ckpt_path=tmp_path / "b" / "s60.ckpt")
+    sa, sb = straight.state_dict(), resumed.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa), [k for k in sa if not torch.equal(sa[k], sb[k])]
+    assert sa["critic.weights.0"].shape == (2, 3, 32) and sa["actor.net.0.weight"].shape == (8, 2)
