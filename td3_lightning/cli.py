@@ -311,8 +311,8 @@ class TD3CLI(LightningCLIHooks):
     # ------------------------------------------------------------- the checkpoint, before anything is built
     def read_checkpoint_hparams(self, read: Any) -> None:
         """Resolve and read the checkpoint (``read()``: its model options replace the configured ones), then check
-        every option once (:func:`check_options`): the options as given, after a resume has refused the given ones
-        its checkpoint replaces. Nothing is built or written yet."""
+        every option once (:func:`check_options`): the options as given, but for a resume's model options, which
+        are its checkpoint's (a given one that differs is refused first). Nothing is built or written yet."""
         subcommand = self.config.get("subcommand")
         try:
             ckpt = self._resolve_checkpoint(subcommand) if subcommand else None
@@ -328,7 +328,8 @@ class TD3CLI(LightningCLIHooks):
         given = {key: self.config[subcommand]["model"].get(key) for key in self._given_model_options
                  if key not in RESUME_MAY_CHANGE} if subcommand and ckpt is not None else {}
         try:
-            read()  # the checkpoint's model hyperparameters into the config
+            if not self._print_as_given:  # a checkpoint that could not be resolved is not read
+                read()  # the checkpoint's model hyperparameters into the config
         except argparse.ArgumentError as err:
             raise UserInputError(
                 f"checkpoint {ckpt}: its model hyperparameters do not fit TD3 ({one_line_parse_error(str(err))})"
@@ -358,6 +359,8 @@ class TD3CLI(LightningCLIHooks):
             self._notes += (f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's {saved}: the "
                             f"networks start over after training step{'s' if len(resets) > 1 else ''} "
                             f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)",)
+        if subcommand == "fit" and ckpt is not None:  # a resume trains its checkpoint's model (given ones refused)
+            typed["model"] = self.config[subcommand]["model"].clone()
         check_options(typed, subcommand or "fit")
 
     def _resolve_checkpoint(self, subcommand: str) -> str | None:
@@ -483,7 +486,8 @@ class TD3CLI(LightningCLIHooks):
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError, ImportError) as err:  # the Trainer's checks of its arguments
             raise lightning_refusal(err, "trainer", _as_dict(config)) from None
-        self._warnings += validate_run(trainer, self.model, self.datamodule, self.subcommand or "fit", self._ckpt_facts)
+        self._warnings += validate_run(trainer, self.model, self.datamodule, self.subcommand or "fit",
+                                       self._ckpt_facts, new_run=self._ckpt_facts is None)
         for callback in trainer.callbacks:
             if isinstance(callback, SaveRunConfig):
                 section = self.config[self.subcommand] if self.subcommand else self.config

@@ -300,7 +300,8 @@ class ReplayDataModule(L.LightningDataModule):
         return make_env(self.env_id, self.env_kwargs, render_mode=render_mode)
 
     def setup(self, stage: str) -> None:
-        validate_once(self.trainer, stage if stage in ("fit", "validate", "test") else "fit")
+        if stage in ("fit", "validate", "test"):
+            validate_once(self.trainer, stage)
         if aids := training_aids_set(self.env_id, self.env_kwargs):  # said once every check has passed
             played = "validation plays" if stage == "fit" else f"this {stage} plays"
             fix = "give them in data.train_env_kwargs" if stage == "fit" else "leave them out to score by its own rules"

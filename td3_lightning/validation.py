@@ -36,15 +36,16 @@ from td3_lightning.resources import (
 )
 from td3_lightning.rules import idle_options
 
-#: the Trainers whose run has passed :func:`validate_run`
-_validated: weakref.WeakSet[L.Trainer] = weakref.WeakSet()
+#: the stages (fit, validate, test) of each Trainer that have passed :func:`validate_run`
+_validated: weakref.WeakKeyDictionary[L.Trainer, set[str]] = weakref.WeakKeyDictionary()
 
 
 def validate_run(trainer: L.Trainer, model: L.LightningModule, data: Any, stage: str,
-                 checkpoint: dict[str, Any] | None = None) -> tuple[str, ...]:
+                 checkpoint: dict[str, Any] | None = None, new_run: bool = False) -> tuple[str, ...]:
     """Check the run ``trainer`` is about to do (``stage``: fit, validate or test) with ``model`` and ``data``,
-    against ``checkpoint`` (the facts of the checkpoint it starts from, if any): one-line :class:`UserInputError`
-    for what cannot run; returns the warnings to say once every check has passed."""
+    against ``checkpoint`` (the facts of the checkpoint it starts from, if any; ``new_run``: known to start from
+    none): one-line :class:`UserInputError` for what cannot run; returns the warnings to say once every check has
+    passed."""
     warnings: tuple[str, ...] = ()
     fit = stage == "fit"
     if checkpoint is not None:
@@ -52,22 +53,24 @@ def validate_run(trainer: L.Trainer, model: L.LightningModule, data: Any, stage:
     if fit:
         check_policy_checkpoint_options(model.hparams, {"num_envs": data.num_envs}, trainer.world_size,
                                         resumed=checkpoint is not None)
+        _replay_resources(trainer, data)
         if model.hparams.get("teacher"):  # read when fitting starts
             check_teacher(model.hparams.teacher, model.hparams)
-        if checkpoint is None:  # a new run: no option that does nothing
+        if new_run:  # no option that does nothing (a checkpoint that has one resumes as it was trained)
             warnings += _new_run_options(model, data)
-        _replay_resources(trainer, data)
     if not fit or trainer.limit_val_batches != 0:  # fit may leave validation out
         data.check_episodes("test" if stage == "test" else "val", trainer.world_size)
-    _validated.add(trainer)
+    _validated.setdefault(trainer, set()).add(stage)
     return warnings
 
 
 def validate_once(trainer: L.Trainer | None, stage: str) -> None:
-    """:func:`validate_run` for a run the command line has not validated (a Python user's ``trainer.fit``), its
-    warnings said. The Trainer names the checkpoint only when it restores it: the processes that saved it are
-    checked then (``distributed.unpack_rank_state``), its shapes by the module's ``load_state_dict``."""
-    if trainer is None or trainer in _validated:  # None: setup called by hand, outside a Trainer
+    """:func:`validate_run` of a stage the command line has not validated (a Python user's ``trainer.fit``,
+    ``validate`` or ``test``), its warnings said. The Trainer names its checkpoint only when it restores it, so the
+    pass runs without the checkpoint's facts: the processes that saved it are checked at the restore
+    (``distributed.unpack_rank_state``), its shapes by the module's ``load_state_dict``, and a new run's idle
+    options are not looked for."""
+    if trainer is None or stage in _validated.get(trainer, ()):  # None: setup called by hand, outside a Trainer
         return
     for warning in validate_run(trainer, trainer.lightning_module, trainer.datamodule, stage):
         rank_zero_warn(warning)

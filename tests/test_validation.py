@@ -4,6 +4,8 @@ built, and by a Python user's ``trainer.fit`` from the datamodule's ``setup``.""
 from __future__ import annotations
 
 import pytest
+import torch
+import yaml
 from conftest import quiet_trainer
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule, validation
@@ -26,6 +28,14 @@ def test_a_python_fit_is_validated_before_it_trains():
     assert trainer.global_step == 0 and dm.buffer is None  # refused in setup: nothing collected, no buffer built
 
 
+def test_each_stage_of_a_python_trainer_is_validated():
+    model, dm, trainer = _python_run(num_envs=2, eval_episodes=1)
+    trainer.validate(model, dm)  # plays with the policy: nothing to refuse
+    with pytest.raises(UserInputError, match=r"^model\.policy_checkpoints assesses the episodes of one env"):
+        trainer.fit(model, dm)  # fit's own checks run on the same Trainer
+    assert trainer.global_step == 0
+
+
 def test_a_python_run_plays_no_fewer_episodes_than_processes():
     model, dm, trainer = _python_run(num_envs=1, test_episodes=1)
     trainer.fit(model, dm)
@@ -42,9 +52,9 @@ def test_the_command_line_validates_a_run_once(tmp_path, monkeypatch):
     calls = []
     run = validation.validate_run
 
-    def counted(trainer, model, data, stage, checkpoint=None):
+    def counted(trainer, model, data, stage, checkpoint=None, new_run=False):
         calls.append((stage, checkpoint is None))
-        return run(trainer, model, data, stage, checkpoint)
+        return run(trainer, model, data, stage, checkpoint, new_run)
 
     monkeypatch.setattr(validation, "validate_run", counted)
     monkeypatch.setattr("td3_lightning.cli.validate_run", counted)
@@ -54,3 +64,24 @@ def test_the_command_line_validates_a_run_once(tmp_path, monkeypatch):
     assert calls == [("fit", True)]  # the CLI's pass; the datamodule's setup finds the run validated
     main(["fit", *args, "--trainer.max_steps", "8", "--ckpt_path", "last"])
     assert calls == [("fit", True), ("fit", False)]  # a resume: validated against its checkpoint's facts
+
+
+def test_a_resume_may_repeat_its_checkpoints_own_model_options(tmp_path, monkeypatch, capsys):
+    """A resume trains its checkpoint's model: a given option that equals the checkpoint's is checked with the
+    checkpoint's other options (SALE needs hard target updates: the checkpoint has them, the command line not)."""
+    monkeypatch.chdir(tmp_path)
+    args = ["--config", "pendulum.yaml", "--model.hidden_dims", "[8]", "--data.warmup_steps", "8",
+            "--trainer.limit_val_batches", "0", "--data.test_episodes", "1"]
+    main(["fit", *args, "--model.embedding_dim", "8", "--model.target_update_every", "4", "--trainer.max_steps", "4"])
+    main(["fit", *args, "--model.embedding_dim", "8", "--trainer.max_steps", "8", "--ckpt_path", "last"])
+    resumed = torch.load(tmp_path / "lightning_logs/version_1/checkpoints/last.ckpt", weights_only=False)
+    assert resumed["global_step"] == 8 and resumed["hyper_parameters"]["target_update_every"] == 4
+
+
+def test_print_config_of_an_unreadable_checkpoint_prints_the_options_as_given(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.ckpt").write_text("hello\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--ckpt_path", "bad.ckpt", "--print_config"])
+    out = capsys.readouterr()
+    assert exit_info.value.code == 0 and yaml.safe_load(out.out)["ckpt_path"] == "bad.ckpt", out.err
