@@ -224,6 +224,33 @@ def test_the_run_is_validated_in_one_pass():
     assert _callers("check_same_processes") >= {"validation.py:_checkpoint_against_run"}  # the walk finds calls
 
 
+#: check functions with more than one caller, and why (any other check has one: it runs in one phase)
+SHARED_CHECKS = {
+    "check_declared": "the machinery: each option group's check reads its own declarations",
+    "check_rules": "the machinery: each named list of rules",
+    "check_checkpoint": "each command reads its own file: the run's checkpoint, a teacher, export's source",
+    "check_checkpoint_file": "export checks its --ckpt_path before it reads it",
+    "check_checkpoint_meta": "a file read by the command line, and one loaded by Lightning",
+    "check_checkpoint_spaces": "the pass, and the failure path of a model built from another env's checkpoint",
+    "check_folder_option": "the Trainer's folder options and tune's",
+    "check_options": "the run, and tune's check of its search space's bounds",
+    "check_selection_options": "the command line (with the checkpoints to choose among) and the constructor",
+    "check_same_processes": "the pass, and a Python user's resume when the Trainer restores it",
+    "check_teacher": "the pass, and the loader, which refuses what it cannot load",
+    "check_finite": "a guard of the weights at saving, evaluating and acting, not of input",
+}
+
+
+def test_no_check_is_called_from_more_than_one_phase():
+    defined = set()
+    for path in PACKAGE.rglob("*.py"):
+        defined |= {node.name for node in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(node, ast.FunctionDef) and node.name.startswith("check")}
+    shared = {name for name in defined if len({c for c in _callers(name) if not c.endswith(f":{name}")}) > 1}
+    assert shared == set(SHARED_CHECKS), shared ^ set(SHARED_CHECKS)
+    assert {"check_options", "check_episodes", "check_capture_options", "check_policy_checkpoint_options"} <= defined
+
+
 def test_no_declared_range_or_choice_is_written_a_second_time():
     """A range lives in its option's help line, a set of choices in its ``Literal`` type: no refusal names the
     option's range by hand and no check tests its choices by hand (the generated table of docs aside)."""
