@@ -17,7 +17,6 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.accelerators import CUDAAccelerator
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 from td3_lightning.declarations import signature_defaults
@@ -133,8 +132,7 @@ def check_checkpoint_spaces(facts: dict[str, Any], env_id: str, env_kwargs: dict
                 + trained_on(facts["env"], env_id, env_kwargs, facts["model"])
             )
     privileged = facts.get("privileged")
-    ours = privileged_critic
-    if privileged is not None and privileged != ours:
+    if privileged is not None and privileged != privileged_critic:
         raise UserInputError(
             f"checkpoint {facts['path']} was trained with data.privileged_critic {str(privileged).lower()} (its "
             f"critics read {'a privileged state' if privileged else 'the observation'}); set "
@@ -182,7 +180,7 @@ def _replay_resources(trainer: L.Trainer, data: Any) -> None:
     elif not on_gpu:
         check_replay_memory(needed, data.buffer_size, available_memory(), processes=per_node)
         warn_if_cores_short(per_node, available_cores())
-    checkpoint = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)
+    checkpoint = trainer.checkpoint_callback
     if not data.save_replay or checkpoint is None:
         return
     max_steps = trainer.max_steps
