@@ -4,6 +4,7 @@ hand-computed forward pass, with SALE's input layer, and resumed exactly."""
 from __future__ import annotations
 
 import lightning as L
+import pytest
 import torch
 from conftest import fit_checkpointed
 
@@ -54,3 +55,23 @@ def test_a_run_with_wide_critics_resumes_exactly(tmp_path):
     sa, sb = straight.state_dict(), resumed.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa), [k for k in sa if not torch.equal(sa[k], sb[k])]
     assert sa["critic.weights.0"].shape == (2, 3, 32) and sa["actor.net.0.weight"].shape == (8, 2)
+
+
+@pytest.mark.parametrize("embedding_dim", [0, 16])
+def test_q_values_keep_float32_precision_under_bf16_autocast(embedding_dim):
+    # trainer.precision bf16-mixed: the hidden layers run in bfloat16, the last layer in float32, so a Q of about
+    # 1000 is not rounded to bfloat16's steps of 8 (nor its TD error, nor LAP's priority)
+    torch.manual_seed(0)
+    model = TD3([5], [-1.0, -1.0], [1.0, 1.0], hidden_dims=[32, 32], embedding_dim=embedding_dim,
+                target_update_every=250 if embedding_dim else 0)
+    with torch.no_grad():
+        model.critic.biases[-1].fill_(1000.0)
+    obs, action = torch.randn(64, 5), torch.rand(64, 2) * 2 - 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q, q1, raw = model.critic(obs, action), model.critic.q1(obs, action), model.critic(obs, action, raw=True)
+    assert q.dtype == q1.dtype == raw.dtype == torch.float32
+    assert (q != q.to(torch.bfloat16).float()).float().mean() > 0.9  # not on bfloat16's grid
+    assert torch.equal(q1, q[0])
+    with torch.no_grad():
+        full = model.critic(obs, action)  # float32 throughout
+    assert 0 < (q - full).abs().max() < 1.0  # the hidden layers' bfloat16 rounding, no more
