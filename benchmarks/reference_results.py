@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -110,7 +111,7 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
         print(f"{name} seed {seed}: {'continuing from its last.ckpt' if resume else 'training'}", flush=True)
         for command in ("fit", "test"):  # the test's checkpoint is the one the fit has written
             more = [*resume, *extra] if command == "fit" else ["--ckpt_path", str(latest_last_ckpt(folder))]
-            returncode = subprocess.run([*base, command, *common, *more]).returncode
+            returncode = call([*base, command, *common, *more])
             if returncode < 0:  # killed by a signal: say which, the run goes on from its last.ckpt when run again
                 print(f"error: {name} seed {seed}: {command} was killed by signal {-returncode}; run the same "
                       "command again to continue it", file=sys.stderr)
@@ -119,6 +120,22 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
                 sys.exit(returncode)
         path = save_summary(name, folder, ["--config", config, *extra])
         print(f"{name} seed {seed}: summary written to {path}")
+
+
+def call(cmd: list[str]) -> int:
+    """Run ``cmd`` -> its exit status. A SIGTERM to this script is passed on, so the fit stops as a stopped fit does
+    (resumable from its last checkpoint) instead of training on, unwatched, beside the next run of the script; Ctrl-C
+    reaches both from the terminal, and the script waits for the fit to stop."""
+    child = subprocess.Popen(cmd)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _version(path: Path) -> int:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
-import subprocess
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -70,13 +73,13 @@ def test_run_skips_tested_seeds_and_continues_unfinished_ones(ref, tmp_path, mon
     _log_vals(version, [(4999, 100.0), (9999, 300.0)])
     calls: list[list[str]] = []
 
-    def fake_run(cmd: list[str]) -> subprocess.CompletedProcess:
+    def fake_run(cmd: list[str]) -> int:
         calls.append(cmd)
         if cmd[3] == "test":
             (version / "test_results.json").write_text(json.dumps({"test/return": 250.0}))
-        return subprocess.CompletedProcess(cmd, 0)
+        return 0
 
-    monkeypatch.setattr(ref.subprocess, "run", fake_run)
+    monkeypatch.setattr(ref, "call", fake_run)
     ref.run("walker2d.yaml", [0, 1], ["--trainer.callbacks", "null"])
     assert len(calls) == 2  # seed 0 untouched; seed 1: fit, then test, then its summary
     summary = json.loads((tmp_path / "summaries" / "walker2d" / "seed1.json").read_text())
@@ -95,7 +98,7 @@ def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_
     calls: list[list[str]] = []
     variant = tmp_path / "walker2d_ln" / "seed0"
 
-    def fake_run(cmd: list[str]) -> subprocess.CompletedProcess:
+    def fake_run(cmd: list[str]) -> int:
         calls.append(cmd)
         version = variant / "lightning_logs" / "version_0"
         if cmd[3] == "fit":
@@ -103,9 +106,9 @@ def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_
             _last_ckpt(version)
         else:
             (version / "test_results.json").write_text(json.dumps({"test/return": 5.0}))
-        return subprocess.CompletedProcess(cmd, 0)
+        return 0
 
-    monkeypatch.setattr(ref.subprocess, "run", fake_run)
+    monkeypatch.setattr(ref, "call", fake_run)
     ref.run("walker2d.yaml", [0], ["--model.layer_norm", "true"], name="walker2d_ln")
     fit, test = calls
     assert fit[4:] == ["--config", "walker2d.yaml", "--seed_everything", "0", "--trainer.default_root_dir",
@@ -125,11 +128,11 @@ def test_run_refuses_to_replace_a_summary_without_its_run_and_stops_at_a_failed_
     kept.write_text('{"seed": 1}')
     calls: list[list[str]] = []
 
-    def fake_run(cmd: list[str]) -> subprocess.CompletedProcess:
+    def fake_run(cmd: list[str]) -> int:
         calls.append(cmd)
-        return subprocess.CompletedProcess(cmd, 2)  # the fit refused its input (its `error:` line was printed)
+        return 2  # the fit refused its input (its `error:` line was printed)
 
-    monkeypatch.setattr(ref.subprocess, "run", fake_run)
+    monkeypatch.setattr(ref, "call", fake_run)
     with pytest.raises(SystemExit) as info:
         ref.run("bipedal.yaml", [0, 1], [])
     assert info.value.code == 2 and capsys.readouterr().err == (
@@ -140,7 +143,7 @@ def test_run_refuses_to_replace_a_summary_without_its_run_and_stops_at_a_failed_
         ref.run("bipedal.yaml", [1], ["--model.gamme", "0.9"], overwrite=True)
     assert info.value.code == 2 and [c[3] for c in calls] == ["fit"]  # no test after the failed fit, no traceback
     assert kept.read_text() == '{"seed": 1}'
-    monkeypatch.setattr(ref.subprocess, "run", lambda cmd: subprocess.CompletedProcess(cmd, -9))  # killed (OOM)
+    monkeypatch.setattr(ref, "call", lambda cmd: -9)  # killed (OOM)
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
         ref.run("bipedal.yaml", [1], [], overwrite=True)
@@ -246,7 +249,7 @@ def test_compare_draws_named_summaries_one_panel_each_and_refuses_unknown_names(
 ])
 def test_run_refuses_a_passed_option_that_it_sets_itself(ref, tmp_path, monkeypatch, capsys, option, why):
     calls: list[list[str]] = []
-    monkeypatch.setattr(ref.subprocess, "run", lambda cmd: calls.append(cmd))
+    monkeypatch.setattr(ref, "call", lambda cmd: calls.append(cmd))
     with pytest.raises(SystemExit) as info:  # before: the seed trained elsewhere, or filed under another seed
         ref.run("pendulum.yaml", [0], ["--model.gamma", "0.9", option, "x"])
     assert info.value.code == 2 and capsys.readouterr().err == f"error: {why}\n"
@@ -272,3 +275,23 @@ def test_compare_refuses_an_out_it_cannot_write_before_drawing(ref, tmp_path, ca
         ref.compare(["p=plain"], tmp_path / out, max_steps=max_steps, overwrite=out == "c.png")
     assert info.value.code == 2 and capsys.readouterr().err == "error: " + message.format(d=tmp_path) + "\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == listing and (tmp_path / "c.png").read_bytes() == b"mine"
+
+
+def test_a_sigterm_to_the_script_stops_the_command_it_runs(ref, tmp_path):
+    # the fit it started stops with the script (as a stopped fit: its exit status), not training on without it
+    marker = tmp_path / "stopped"
+    child = ("import signal, sys, time, pathlib\n"
+             f"stop = lambda *a: (pathlib.Path({str(marker)!r}).write_text('x'), sys.exit(143))\n"
+             "signal.signal(signal.SIGTERM, stop)\n"
+             f"pathlib.Path({str(tmp_path / 'started')!r}).write_text('x')\n"
+             "time.sleep(60)\n")
+    def stop_when_started() -> None:
+        while not (tmp_path / "started").exists():
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_when_started, daemon=True).start()
+    start = time.monotonic()
+    assert ref.call([sys.executable, "-c", child]) == 143
+    assert marker.read_text() == "x" and time.monotonic() - start < 30
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the script's own handling is back
