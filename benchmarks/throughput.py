@@ -16,7 +16,8 @@ run alternately with this one, to compare two versions side by side in one run. 
 with every option of the TD7 configs (and the baseline's, with ``--baseline``).
 ``--device cuda`` adds td3_lightning with the losses compiled (``compile_mode reduce-overhead``) and with the
 update captured as CUDA graphs (``compile_mode cudagraphs``) beside eager and the plain loop.
-``--configs car walker2d halfcheetah_td7`` times those configs instead, eager against ``cudagraphs`` (``--config-steps``).
+``--configs car walker2d halfcheetah_td7`` times those configs instead, eager against ``cudagraphs`` on a GPU and
+against ``trainer.precision bf16-mixed`` on the CPU (``--config-steps``).
 """
 
 from __future__ import annotations
@@ -203,9 +204,11 @@ GPU_MODES = {
     "td3_lightning, compile_mode cudagraphs": lambda n, d: run_td3_lightning(
         n, d, ("--model.compile_mode", "cudagraphs")),
 }
-# --configs: reference configs, eager against the captured update
-CONFIGS = ("car", "walker2d", "halfcheetah_td7")
-CONFIG_MODES = {"eager": (), "cudagraphs": ("--model.compile_mode", "cudagraphs")}
+# --configs: reference configs, eager against the captured update (GPU) or against bf16 autocast (CPU)
+CONFIGS = ("car", "walker2d", "halfcheetah_td7", "ant_td7", "humanoid_td7")
+CONFIG_MODES = {"eager": (), "cudagraphs": ("--model.compile_mode", "cudagraphs"),
+                "bf16-mixed": ("--trainer.precision", "bf16-mixed")}
+CPU_CONFIG_MODES, GPU_CONFIG_MODES = ("eager", "bf16-mixed"), ("eager", "cudagraphs")
 CONFIG_RUNS = {
     f"{config}.yaml, {mode}": (lambda n, d, c=config, a=args: run_td3_lightning(n, d, a, config=f"{c}.yaml"))
     for config in CONFIGS for mode, args in CONFIG_MODES.items()
@@ -254,7 +257,7 @@ def main() -> None:
                         help="also run td3_lightning from the source tree DIR (another commit's checkout)")
     parser.add_argument("--configs", nargs="+", choices=CONFIGS, metavar="CONFIG",
                         help=f"instead: time these bundled configs ({', '.join(CONFIGS)}), eager against "
-                        "compile_mode cudagraphs (on --device cuda)")
+                        "compile_mode cudagraphs (on --device cuda) or trainer.precision bf16-mixed (on the CPU)")
     parser.add_argument("--config-steps", type=int, default=3000, help="timed training steps of each --configs run")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one run
     args = parser.parse_args()
@@ -280,7 +283,7 @@ def main() -> None:
         return
 
     if args.configs:
-        modes = CONFIG_MODES if args.device.startswith("cuda") else ["eager"]  # cudagraphs needs CUDA
+        modes = GPU_CONFIG_MODES if args.device.startswith("cuda") else CPU_CONFIG_MODES  # cudagraphs needs CUDA
         names = [f"{config}.yaml, {mode}" for config in args.configs for mode in modes]
     else:
         names = [n for n in RUNNERS if n not in args.skip] + (list(ABLATIONS) if args.ablations else [])
@@ -310,11 +313,14 @@ def main() -> None:
     if args.configs:
         print(f"\nReference configs, {steps} timed training steps after {WARMUP} warm-up steps, median of "
               f"{args.repeats}, {device}\n")
-        print("| config | eager (env steps/s) | compile_mode cudagraphs | cudagraphs / eager |\n|---|---:|---:|---:|")
+        other = modes[1]
+        print(f"| config | eager, 32-true (env steps/s) | {other} | {other} / eager | all runs |")
+        print("|---|---:|---:|---:|---|")
         for config in args.configs:
-            eager, captured = med[f"{config}.yaml, eager"], med.get(f"{config}.yaml, cudagraphs")
-            cells = (f"{captured:.1f}", f"{captured / eager:.2f}x") if captured else ("—", "—")
-            print(f"| `{config}.yaml` | {eager:.1f} | {cells[0]} | {cells[1]} |")
+            eager, fast = med[f"{config}.yaml, eager"], med[f"{config}.yaml, {other}"]
+            runs = "; ".join(", ".join(f"{x['steps_per_sec']:.1f}" for x in results[f"{config}.yaml, {mode}"])
+                             for mode in modes)
+            print(f"| `{config}.yaml` | {eager:.1f} | {fast:.1f} | {fast / eager:.2f}x | {runs} |")
         return
     print(f"\n{ENV_ID} (continuous), 256-256, batch 256, 1 update per env step, {args.steps} timed steps, "
           f"median of {args.repeats}, {device}\n")
