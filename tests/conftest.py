@@ -38,15 +38,15 @@ def quiet_trainer(**kwargs) -> L.Trainer:
 
 
 def fit_checkpointed(model: L.LightningModule, dm: L.LightningDataModule, max_steps: int, folder: Path,
-                     every: int | None = None, ckpt_path: Path | None = None) -> None:
-    """Fit ``model`` on ``dm`` for ``max_steps`` (resuming from ``ckpt_path``); with ``every``, keep a checkpoint
-    ``s<step>.ckpt`` in ``folder`` every ``every`` training steps."""
+                     every: int | None = None, ckpt_path: Path | None = None, precision: str = "32-true") -> None:
+    """Fit ``model`` on ``dm`` for ``max_steps`` (resuming from ``ckpt_path``) at ``precision``; with ``every``, keep a
+    checkpoint ``s<step>.ckpt`` in ``folder`` every ``every`` training steps."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     callbacks = [] if every is None else [ModelCheckpoint(
         dirpath=folder, every_n_train_steps=every, save_top_k=-1, filename="s{step}", auto_insert_metric_name=False)]
-    quiet_trainer(max_steps=max_steps, callbacks=callbacks, enable_checkpointing=every is not None).fit(
-        model, dm, ckpt_path=ckpt_path)
+    quiet_trainer(max_steps=max_steps, callbacks=callbacks, enable_checkpointing=every is not None,
+                  precision=precision).fit(model, dm, ckpt_path=ckpt_path)
 
 
 def tiny_checkpoint(path: Path) -> Path:

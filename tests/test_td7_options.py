@@ -293,6 +293,35 @@ def test_a_lap_run_resumes_exactly_with_its_priorities(tmp_path):
     assert not torch.equal(uniform.critic.weights[0], straight.critic.weights[0])
 
 
+def _fit_td7_set(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None, precision: str = "bf16-mixed"):
+    import lightning as L
+    from conftest import fit_checkpointed
+
+    from td3_lightning import ReplayDataModule
+
+    L.seed_everything(7)
+    dm = ReplayDataModule("td3test/ConstantReward-v0", warmup_steps=20, batch_size=16, buffer_size=70,
+                          sampler="lap", steps_per_batch=4)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], embedding_dim=8,
+                target_update_every=10, value_clipping=True, actor_q="mean", actor_lr=1e-3, critic_lr=1e-3)
+    fit_checkpointed(model, dm, max_steps, tmp_path, every, ckpt_path, precision=precision)
+    return model, dm
+
+
+def test_the_td7_set_in_bf16_mixed_resumes_exactly(tmp_path):
+    # trainer.precision bf16-mixed on the CPU (docs/options.md): a long run stopped and resumed is the run it was
+    # (at an episode boundary: 20 warm-up steps and 40 training steps are three of the env's 20-step episodes)
+    straight, dm_a = _fit_td7_set(tmp_path / "a", 80)
+    _fit_td7_set(tmp_path / "b", 40, every=40)
+    resumed, dm_b = _fit_td7_set(tmp_path / "b2", 80, ckpt_path=tmp_path / "b" / "s40.ckpt")
+    assert dm_a.buffer.sampler.priority.max() > 1.0  # the priorities moved
+    assert torch.equal(dm_a.buffer.sampler.priority, dm_b.buffer.sampler.priority)
+    for name, tensor in straight.state_dict().items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+    full, _ = _fit_td7_set(tmp_path / "c", 80, precision="32-true")
+    assert not torch.equal(full.critic.weights[0], straight.critic.weights[0])  # bfloat16 products did run
+
+
 def test_lap_needs_a_replay_of_whole_observations():
     from td3_lightning import ReplayDataModule
 
