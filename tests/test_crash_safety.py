@@ -343,6 +343,12 @@ def test_resume_without_saved_replay_refills_with_the_warmup(tmp_path):
     assert loop.env_steps == 70 + 30 + 20  # env steps keep counting, the refill included
 
 
+def _signals_as_at_a_terminal() -> None:
+    """Ctrl-C's default handling in the fit's process: a suite started in the background without job control (`cmd &`
+    in a script) hands its children SIGINT ignored, and Python then installs no KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stopped_fit_says_where_it_stands_and_the_command_that_goes_on(sig, code, tmp_path, cli_env):
     """Ctrl-C (SIGINT) or a scheduler's SIGTERM mid-run: the learning curve is written, one line names the step
@@ -350,7 +356,8 @@ def test_a_stopped_fit_says_where_it_stands_and_the_command_that_goes_on(sig, co
     args = ["fit", "--config", "pendulum.yaml", "--trainer.val_check_interval", "100", "--data.warmup_steps", "100",
             "--model.hidden_dims", "[16]", "--data.eval_episodes", "1", "--progress_bar.log_seconds", "0"]
     proc = subprocess.Popen([sys.executable, "-m", "td3_lightning", *args], cwd=tmp_path, env=cli_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_signals_as_at_a_terminal)
     last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
     deadline = time.monotonic() + 120
     while not last.exists():
