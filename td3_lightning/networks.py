@@ -230,9 +230,10 @@ class CriticEnsemble(nn.Module):
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             if detach_params:
                 w, b = w.detach(), b.detach()
-            x = torch.baddbmm(b, x, w) if i < last else in_float32(torch.baddbmm, b, x, w)
             if i < last:
-                x = self._hidden(x, i, detach=detach_params)
+                x = self._hidden(torch.baddbmm(b, x, w), i, detach=detach_params)
+            else:
+                x = in_float32(torch.baddbmm, b, x, w)
         return x if raw else self.values(x)
 
     def q1(self, obs: Tensor, action: Tensor, detach_params: bool = False) -> Tensor:
@@ -252,9 +253,10 @@ class CriticEnsemble(nn.Module):
             w0, b0 = w[0], b[0]
             if detach_params:
                 w0, b0 = w0.detach(), b0.detach()
-            x = torch.addmm(b0, x, w0) if i < last else in_float32(torch.addmm, b0, x, w0)
             if i < last:
-                x = self._hidden(x, i, member=0, detach=detach_params)
+                x = self._hidden(torch.addmm(b0, x, w0), i, member=0, detach=detach_params)
+            else:
+                x = in_float32(torch.addmm, b0, x, w0)
         return self.values(x)
 
 

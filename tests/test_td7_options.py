@@ -268,17 +268,24 @@ def test_a_prioritised_batch_gets_lap_loss_and_hands_back_its_largest_td_errors(
 
 
 def _fit_lap(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None, alpha: float = 0.4):
+    return _fit_on_constant_reward(tmp_path, max_steps, ckpt_path, every, seed=123, data={"priority_alpha": alpha})
+
+
+def _fit_on_constant_reward(tmp_path, max_steps: int, ckpt_path, every: int | None, seed: int, data: dict,
+                            model: dict | None = None, precision: str = "32-true"):
+    """A LAP run on ConstantReward (16-16 networks, warm-up 20, buffer 70), checkpointed every ``every`` steps."""
     import lightning as L
     from conftest import fit_checkpointed
 
     from td3_lightning import ReplayDataModule
 
-    L.seed_everything(123)
+    L.seed_everything(seed)
     dm = ReplayDataModule("td3test/ConstantReward-v0", warmup_steps=20, batch_size=16, buffer_size=70,
-                          sampler="lap", priority_alpha=alpha)
-    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], actor_lr=1e-3, critic_lr=1e-3)
-    fit_checkpointed(model, dm, max_steps, tmp_path, every, ckpt_path)
-    return model, dm
+                          sampler="lap", **data)
+    td3 = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], actor_lr=1e-3, critic_lr=1e-3,
+              **(model or {}))
+    fit_checkpointed(td3, dm, max_steps, tmp_path, every, ckpt_path, precision=precision)
+    return td3, dm
 
 
 def test_a_lap_run_resumes_exactly_with_its_priorities(tmp_path):
@@ -294,18 +301,9 @@ def test_a_lap_run_resumes_exactly_with_its_priorities(tmp_path):
 
 
 def _fit_td7_set(tmp_path, max_steps: int, ckpt_path=None, every: int | None = None, precision: str = "bf16-mixed"):
-    import lightning as L
-    from conftest import fit_checkpointed
-
-    from td3_lightning import ReplayDataModule
-
-    L.seed_everything(7)
-    dm = ReplayDataModule("td3test/ConstantReward-v0", warmup_steps=20, batch_size=16, buffer_size=70,
-                          sampler="lap", steps_per_batch=4)
-    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], embedding_dim=8,
-                target_update_every=10, value_clipping=True, actor_q="mean", actor_lr=1e-3, critic_lr=1e-3)
-    fit_checkpointed(model, dm, max_steps, tmp_path, every, ckpt_path, precision=precision)
-    return model, dm
+    td7 = {"embedding_dim": 8, "target_update_every": 10, "value_clipping": True, "actor_q": "mean"}
+    return _fit_on_constant_reward(tmp_path, max_steps, ckpt_path, every, seed=7, data={"steps_per_batch": 4},
+                                   model=td7, precision=precision)
 
 
 def test_the_td7_set_in_bf16_mixed_resumes_exactly(tmp_path):
