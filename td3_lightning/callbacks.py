@@ -136,8 +136,8 @@ TEST_RESULTS = "test_results.json"
 
 class TestReport(L.Callback):
     """After ``test``: prints one summary line and writes ``test_results.json`` into the run
-    folder, for scripts: every ``test/*`` metric, and each episode's return and length
-    (``episode_returns``, ``episode_lengths``; with one process, in the order the episodes
+    folder, for scripts: every ``test/*`` metric, and each episode's return, length and whether the env ended it
+    (``episode_returns``, ``episode_lengths``, ``episode_terminated``; with one process, in the order the episodes
     finished, under DDP rank by rank). When the env reports gymnasium's ``info["is_success"]``
     (CarRacing: the lap was closed), also ``test/success_rate`` and ``episode_successes``."""
 
@@ -152,6 +152,7 @@ class TestReport(L.Callback):
             f"test: {int(m['test/episodes'])} episode{'s' * (int(m['test/episodes']) != 1)}, "
             f"return {m['test/return']:.1f} ± {m['test/return_std']:.1f} "
             f"(min {m['test/return_min']:.1f}, max {m['test/return_max']:.1f}), "
+            f"{round(m['test/terminated'] * m['test/episodes'])} ended by the env before its time limit, "
             + (f"{round(m['test/success_rate'] * m['test/episodes'])} successful (info['is_success']), "
                if "test/success_rate" in m else "")
             + f"{m['test/seconds_per_episode']:.2f} s per episode"

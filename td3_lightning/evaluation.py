@@ -29,7 +29,8 @@ def numpy_policy(actor: torch.nn.Module, device: torch.device | str = "cpu") -> 
 def run_episode(
     env: gym.Env, policy: Policy, seed: int | None, frames: list[np.ndarray] | None = None
 ) -> dict[str, float]:
-    """Play one episode with ``policy``; return its return, length, wall-clock seconds and
+    """Play one episode with ``policy``; return its return, length, wall-clock seconds,
+    ``terminated`` (1.0 when the env ended the episode itself: a fall, a crash, a goal; 0.0 at its time limit) and
     ``success`` (the last step's ``info["is_success"]``, gymnasium's convention, as 1.0 or 0.0;
     NaN when the env does not report it: CarRacing's closed lap does).
 
@@ -40,7 +41,7 @@ def run_episode(
     obs, info = env.reset(seed=seed)
     if frames is not None:
         frames.append(env.render())
-    total, length, done = 0.0, 0, False
+    total, length, done, terminated = 0.0, 0, False, False
     while not done:
         obs, reward, terminated, truncated, info = env.step(policy(obs))
         total += float(reward)
@@ -49,7 +50,8 @@ def run_episode(
         if frames is not None:
             frames.append(env.render())
     success = float(bool(info["is_success"])) if "is_success" in info else math.nan
-    return {"return": total, "length": float(length), "seconds": time.perf_counter() - start, "success": success}
+    return {"return": total, "length": float(length), "seconds": time.perf_counter() - start,
+            "terminated": float(bool(terminated)), "success": success}
 
 
 #: called with ``(episode index, seed, frames, fps, stats)`` for each recorded episode
@@ -57,7 +59,7 @@ VideoSink = Callable[[int, int, list[np.ndarray], float, dict[str, float]], None
 
 
 class EpisodeStream(IterableDataset):
-    """Yields one finished episode per item: ``{"return", "length", "seconds", "seed"}``.
+    """Yields one finished episode per item: ``{"return", "length", "seconds", "terminated", "success", "seed"}``.
 
     Args:
         env_fn: the env to play.

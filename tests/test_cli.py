@@ -282,6 +282,7 @@ def test_fit_then_validate_and_test_from_checkpoint(tmp_path, cli_env):
     assert results[0]["test/return_std"] == results[1]["test/return_std"] > 0.0
     episodes = results[0]["episode_returns"]
     assert len(episodes) == 3 and results[0]["episode_lengths"] == [200.0] * 3
+    assert results[0]["test/terminated"] == 0.0 and results[0]["episode_terminated"] == [0.0] * 3  # time limit
     assert sum(episodes) / 3 == pytest.approx(results[0]["test/return"], rel=1e-6)
     assert min(episodes) == pytest.approx(results[0]["test/return_min"], rel=1e-6)
 

@@ -371,3 +371,17 @@ def test_statistics_survive_graph_outputs_being_overwritten():
     assert abs(float(logged["train/critic_loss"]) - sum(x[0] for x in last) / 20) < 1e-5 * max(1, abs(last[0][0]))
     assert abs(float(logged["train/q"]) - sum(x[1] for x in last) / 20) < 1e-4
     assert abs(float(logged["train/actor_loss"]) - sum(x[2] for x in last if x[2] is not None) / 10) < 1e-4
+
+
+def test_test_reports_which_episodes_the_env_ended_before_its_time_limit():
+    # Counting-v0 ends an even-seeded episode itself at step 5 (terminated) and every other at its limit, 7
+    dm = ReplayDataModule("td3test/Counting-v0", warmup_steps=20, batch_size=8, buffer_size=50, test_episodes=4,
+                          test_seed=10)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[8, 8])
+    quiet_trainer().test(model, dm, verbose=False)
+    assert model.test_episodes["episode_terminated"] == [1.0, 0.0, 1.0, 0.0]
+    assert model.test_episodes["episode_lengths"] == [5.0, 7.0, 5.0, 7.0]
+    assert model.trainer.callback_metrics["test/terminated"].item() == 0.5
+    dm.test_episodes = 1  # seed 10 alone: each test counts only its own episodes
+    quiet_trainer().test(model, dm, verbose=False)
+    assert model.trainer.callback_metrics["test/terminated"].item() == 1.0
