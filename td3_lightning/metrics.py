@@ -7,11 +7,11 @@ from torch import Tensor, nn
 from torchmetrics import CatMetric, MeanMetric
 
 class EpisodeMetrics(nn.Module):
-    """``val/return``, ``val/episode_length`` and the ``test/*`` summary with each test episode."""
+    """``val/return``, ``val/episode_length``, ``val/terminated`` and the ``test/*`` summary with each test episode."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.val_return, self.val_length = MeanMetric(), MeanMetric()
+        self.val_return, self.val_length, self.val_terminated = MeanMetric(), MeanMetric(), MeanMetric()
         self.test_returns, self.test_lengths, self.test_terminated = CatMetric(), CatMetric(), CatMetric()
         self.test_seconds = MeanMetric()
         self.test_successes = CatMetric(nan_strategy="disable")
@@ -19,6 +19,7 @@ class EpisodeMetrics(nn.Module):
     def update_validation(self, batch: dict[str, Tensor]) -> None:
         self.val_return.update(batch["return"])
         self.val_length.update(batch["length"])
+        self.val_terminated.update(batch["terminated"])
 
     def update_test(self, batch: dict[str, Tensor]) -> None:
         # each value 1-d: a rank with a single episode would otherwise gather a 0-d state under DDP,

@@ -275,6 +275,7 @@ class TD3(L.LightningModule):
         self.episode_metrics.update_validation(batch)
         self.log("val/return", self.episode_metrics.val_return, on_step=False, on_epoch=True, prog_bar=True)
         self.log("val/episode_length", self.episode_metrics.val_length, on_step=False, on_epoch=True)
+        self.log("val/terminated", self.episode_metrics.val_terminated, on_step=False, on_epoch=True)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.episode_metrics.update_test(batch)

@@ -23,7 +23,7 @@ from typing import Any
 from td3_lightning.errors import UserInputError
 
 #: what every validation logs (``checkpoint.monitor`` takes these)
-VALIDATION_METRICS = ("val/return", "val/episode_length")
+VALIDATION_METRICS = ("val/return", "val/episode_length", "val/terminated")
 
 #: how a time is written for ``trainer.val_check_interval`` and ``trainer.max_time`` (Lightning's format)
 TIME_FORMAT = '"DD:HH:MM:SS", e.g. "00:01:00:00"'

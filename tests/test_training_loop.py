@@ -373,7 +373,7 @@ def test_statistics_survive_graph_outputs_being_overwritten():
     assert abs(float(logged["train/actor_loss"]) - sum(x[2] for x in last if x[2] is not None) / 10) < 1e-4
 
 
-def test_test_reports_which_episodes_the_env_ended_before_its_time_limit():
+def test_test_and_validation_report_which_episodes_the_env_ended_before_its_time_limit():
     # Counting-v0 ends an even-seeded episode itself at step 5 (terminated) and every other at its limit, 7
     dm = ReplayDataModule("td3test/Counting-v0", warmup_steps=20, batch_size=8, buffer_size=50, test_episodes=4,
                           test_seed=10)
@@ -385,3 +385,7 @@ def test_test_reports_which_episodes_the_env_ended_before_its_time_limit():
     dm.test_episodes = 1  # seed 10 alone: each test counts only its own episodes
     quiet_trainer().test(model, dm, verbose=False)
     assert model.trainer.callback_metrics["test/terminated"].item() == 1.0
+    dm.eval_episodes, dm.eval_seed = 3, 21  # seeds 21, 22, 23: one of three ended by the env
+    quiet_trainer().validate(model, dm, verbose=False)
+    assert model.trainer.callback_metrics["val/terminated"].item() == pytest.approx(1 / 3)
+    assert model.trainer.callback_metrics["val/episode_length"].item() == pytest.approx(19 / 3)
