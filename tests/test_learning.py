@@ -26,8 +26,12 @@ def test_pendulum_learns_with_bf16_mixed_precision_on_cpu():
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, gamma=0.98, actor_lr=1e-3, critic_lr=1e-3,
                 hidden_dims=[64, 64])
     dtypes = set()  # (whether autocast was on, the Q values' dtype) of each critic call in training
-    model.critic.register_forward_hook(lambda module, args, out: dtypes.add((torch.is_autocast_enabled("cpu"), out.dtype))
-                                       if module.training else None)
+
+    def record(module, args, out):
+        if module.training:
+            dtypes.add((torch.is_autocast_enabled("cpu"), out.dtype))
+
+    model.critic.register_forward_hook(record)
     trainer = quiet_trainer(max_steps=8000, val_check_interval=2000, precision="bf16-mixed", log_every_n_steps=100)
     losses = []
     trainer.callbacks.append(_LossRecorder(losses))
