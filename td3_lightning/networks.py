@@ -142,6 +142,26 @@ class Actor(nn.Module):
         return torch.tanh(preactivation) * self.action_scale + self.action_bias
 
 
+class ActionRescale(nn.Module):
+    """Actions in the env's bounds ``[low, high]`` -> ``[-1, 1]``, ``(a - bias) / scale`` (``normalize_actions``):
+    what the critics and SALE's encoder read, as TD7's replay stores them. A fixed bound (``low == high``) reads 0.
+    The buffers follow from the options and are not saved."""
+
+    scale: Tensor
+    bias: Tensor
+
+    def __init__(self, action_low: Sequence[float], action_high: Sequence[float]) -> None:
+        super().__init__()
+        low = torch.as_tensor(action_low, dtype=torch.float32)
+        high = torch.as_tensor(action_high, dtype=torch.float32)
+        scale = (high - low) / 2
+        self.register_buffer("scale", torch.where(scale > 0, scale, torch.ones_like(scale)), persistent=False)
+        self.register_buffer("bias", (high + low) / 2, persistent=False)
+
+    def forward(self, action: Tensor) -> Tensor:
+        return (action - self.bias) / self.scale
+
+
 def in_float32(layer: Callable[[Tensor, Tensor, Tensor], Tensor], bias: Tensor, x: Tensor, weight: Tensor) -> Tensor:
     """``layer(bias, x, weight)`` in float32 also under autocast (``trainer.precision bf16-mixed``): the critics' last
     layer, so that Q values, TD errors, LAP's priorities and a distributional critic's logits keep float32's precision
@@ -171,15 +191,18 @@ class CriticEnsemble(nn.Module):
         layer_norm: a LayerNorm (one per critic) on every hidden layer, before its activation.
         normalizer: applied to observations first (shared with the actor).
         head: a distributional critic's bins: each critic outputs their logits, its Q their expectation.
+        action_rescale: applied to actions first (:class:`ActionRescale`, ``normalize_actions``).
     """
 
     def __init__(
         self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int] = (256, 256), num_critics: int = 2,
         encoder: nn.Module | None = None, input_layer: nn.Module | None = None, activation: str = "relu",
         layer_norm: bool = False, normalizer: nn.Module | None = None, head: ValueHistogram | None = None,
+        action_rescale: ActionRescale | None = None,
     ) -> None:
         super().__init__()
         self.num_critics = num_critics
+        self.action_rescale = action_rescale
         self.normalizer = normalizer
         self.encoder = encoder
         self.input_layer = input_layer
@@ -212,6 +235,14 @@ class CriticEnsemble(nn.Module):
             x = F.layer_norm(x, x.shape[-1:]) * gain + offset
         return self.activation(x)
 
+    def _inputs(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """The observation and the action as the first layer reads them: normalised, rescaled."""
+        if self.normalizer is not None:
+            obs = self.normalizer(obs)
+        if self.action_rescale is not None:
+            action = self.action_rescale(action)
+        return obs, action
+
     def values(self, out: Tensor) -> Tensor:
         """The last layer's output ``(..., 1)`` or a distributional critic's logits ``(..., bins)`` -> Q ``(...)``."""
         return out.squeeze(-1) if self.head is None else self.head.expectation(out)
@@ -219,8 +250,7 @@ class CriticEnsemble(nn.Module):
     def forward(self, obs: Tensor, action: Tensor, detach_params: bool = False, raw: bool = False) -> Tensor:
         """All critics: ``(num_critics, batch)``; with ``detach_params`` as in :meth:`q1`; ``raw``: the last layer's
         output instead, ``(num_critics, batch, 1 or bins)`` (a distributional critic's logits; :meth:`values`)."""
-        if self.normalizer is not None:
-            obs = self.normalizer(obs)
+        obs, action = self._inputs(obs, action)
         if self.input_layer is not None:
             x = self.input_layer(obs, action, detach_params=detach_params)
         else:
@@ -242,8 +272,7 @@ class CriticEnsemble(nn.Module):
         With ``detach_params`` the critic's weights get no gradient (the actor update only
         needs ``dQ/da``), which saves the weight-gradient kernels.
         """
-        if self.normalizer is not None:
-            obs = self.normalizer(obs)
+        obs, action = self._inputs(obs, action)
         if self.input_layer is not None:
             x = self.input_layer(obs, action, member=0, detach_params=detach_params)
         else:
@@ -292,7 +321,8 @@ def build_networks(hp: Mapping[str, Any]) -> Networks:
     With ``normalize_obs`` (vector observations) both read observations through one
     :class:`~td3_lightning.normalization.ObservationNormalizer`. With ``critic_bins`` each critic is
     distributional over ``critic_range`` (:class:`~td3_lightning.distributional.ValueHistogram`). The critics'
-    hidden layers are ``critic_hidden_dims``, or the actor's ``hidden_dims``.
+    hidden layers are ``critic_hidden_dims``, or the actor's ``hidden_dims``. With ``normalize_actions`` the critics
+    (and through them SALE's ``g``) read actions rescaled to ``[-1, 1]`` (:class:`ActionRescale`).
     """
     obs_shape, action_low, action_high = hp["obs_shape"], hp["action_low"], hp["action_high"]
     hidden_dims, num_critics, layer_norm = hp["hidden_dims"], hp["num_critics"], hp["layer_norm"]
@@ -301,6 +331,7 @@ def build_networks(hp: Mapping[str, Any]) -> Networks:
     bins, value_range = hp["critic_bins"], hp["critic_range"]
     head = ValueHistogram(bins, *value_range) if bins and value_range is not None else None
     obs_dim, action_dim = int(obs_shape[0]), len(action_low)
+    rescale = ActionRescale(action_low, action_high) if hp.get("normalize_actions") else None
     if hp["embedding_dim"]:
         width = int(hidden_dims[0])
         sale = SALEEncoder(obs_dim, action_dim, hp["embedding_dim"], width)
@@ -309,7 +340,8 @@ def build_networks(hp: Mapping[str, Any]) -> Networks:
                       layer_norm=layer_norm, normalizer=norm)
         critic_input = SALEStateActionInput(obs_dim, action_dim, int(critic_dims[0]), num_critics, fixed)
         critic = CriticEnsemble(obs_dim, action_dim, critic_dims, num_critics, input_layer=critic_input,
-                                activation="elu", layer_norm=layer_norm, normalizer=norm, head=head)
+                                activation="elu", layer_norm=layer_norm, normalizer=norm, head=head,
+                                action_rescale=rescale)
         return Networks(actor, critic, sale, fixed, norm)
     encoder, features, privileged = hp["encoder"], hp["encoder_features"], hp.get("critic_obs_shape") is not None
     cnn = encoder == "cnn" or (encoder == "auto" and len(obs_shape) == 3)
@@ -323,7 +355,7 @@ def build_networks(hp: Mapping[str, Any]) -> Networks:
                   layer_norm=layer_norm, normalizer=norm)
     critic_dim = int(hp["critic_obs_shape"][0]) if privileged else obs_dim
     critic = CriticEnsemble(critic_dim, action_dim, critic_dims, num_critics, critic_encoder, layer_norm=layer_norm,
-                            normalizer=norm, head=head)
+                            normalizer=norm, head=head, action_rescale=rescale)
     return Networks(actor, critic, normalizer=norm)
 
 

@@ -71,7 +71,8 @@ def build_extensions(hp: Mapping[str, Any], networks: Networks) -> Extensions:
     hooks: list[StepHook] = [NetworkResets(hp["reset_steps"])] if hp["reset_steps"] else []
     auxiliary = nn.ModuleDict()
     if networks.embedding is not None:
-        auxiliary["embedding"] = SALETraining(networks.embedding, hp["embedding_lr"], networks.normalizer)
+        auxiliary["embedding"] = SALETraining(networks.embedding, hp["embedding_lr"], networks.normalizer,
+                                                  networks.critic.action_rescale)
     target_value = ClippedTargetValue() if hp.get("value_clipping") else TargetValue()
     target_sync: TargetSync = PolyakAveraging(hp["tau"])
     if hp["target_update_every"]:

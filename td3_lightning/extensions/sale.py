@@ -8,6 +8,7 @@ from torch import Tensor
 
 from td3_lightning.embeddings import SALEEncoder
 from td3_lightning.extensions.base import AuxiliaryLoss
+from td3_lightning.networks import ActionRescale
 from td3_lightning.normalization import ObservationNormalizer
 
 
@@ -16,13 +17,16 @@ class SALETraining(AuxiliaryLoss):
 
     name = "embedding_loss"
 
-    def __init__(self, encoder: SALEEncoder, lr: float, normalizer: ObservationNormalizer | None = None) -> None:
+    def __init__(self, encoder: SALEEncoder, lr: float, normalizer: ObservationNormalizer | None = None,
+                 action_rescale: ActionRescale | None = None) -> None:
         super().__init__(lr)
         self.encoder = encoder
         self._normalizer = (normalizer,) if normalizer is not None else ()  # the actor's; not saved twice
+        self.action_rescale = action_rescale  # the critics' (normalize_actions): g reads the actions they read
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         obs, next_obs = batch["obs"], batch["next_obs"]
         if self._normalizer:  # the encoder reads what actor and critics read
             obs, next_obs = self._normalizer[0](obs), self._normalizer[0](next_obs)
-        return self.encoder.loss(obs, batch["action"], next_obs)
+        action = batch["action"] if self.action_rescale is None else self.action_rescale(batch["action"])
+        return self.encoder.loss(obs, action, next_obs)
