@@ -53,6 +53,7 @@ from td3_lightning.hp_metric import HpMetric
 from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
+from td3_lightning.run_lock import RunLock, refuse_if_training
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
 from td3_lightning.stops import StopNotice, stop_of
 from td3_lightning.trainer_options import (
@@ -152,6 +153,11 @@ _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")
 
 # --ckpt_path values that Lightning resolves itself (besides "last" and "best", which the CLI resolves)
 _LIGHTNING_CKPT_NAMES = ("hpc", "registry")
+
+
+def _first_process() -> bool:
+    """Whether this is the run's first process (or its only one): not a DDP rank that a launcher started."""
+    return all((os.environ.get(k) or "0") == "0" for k in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
 
 
 def _launched_apart(trainer: Any) -> bool:
@@ -390,6 +396,8 @@ class TD3CLI(LightningCLIHooks):
                                      "best, last or a file to play another)")
         if ckpt is not None and not _lightning_resolves(ckpt):
             self._ckpt_facts = check_checkpoint(ckpt)
+            if subcommand == "fit" and _first_process():
+                refuse_if_training(ckpt)  # a fit still training that run: not a second one beside it
         return ckpt
 
     @staticmethod
@@ -512,8 +520,9 @@ class TD3CLI(LightningCLIHooks):
         if config.get("enable_progress_bar") is False:
             callbacks = [c for c in callbacks if not isinstance(c, RLProgressBar)]
         given = [*(config.get("callbacks") or []), *callbacks]
-        # the env loop feeds the replay; hp_metric for TensorBoard; StopNotice the line of a stopped fit
-        for default in (EnvLoop, HpMetric, StopNotice):
+        # the env loop feeds the replay; hp_metric for TensorBoard; StopNotice the line of a stopped fit; RunLock
+        # notes a training fit in its folder
+        for default in (EnvLoop, HpMetric, StopNotice, RunLock):
             if not any(isinstance(c, default) for c in given):
                 callbacks = [*callbacks, default()]
         return callbacks
