@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import pytest
@@ -47,6 +48,14 @@ def fit_checkpointed(model: L.LightningModule, dm: L.LightningDataModule, max_st
         dirpath=folder, every_n_train_steps=every, save_top_k=-1, filename="s{step}", auto_insert_metric_name=False)]
     quiet_trainer(max_steps=max_steps, callbacks=callbacks, enable_checkpointing=every is not None,
                   precision=precision).fit(model, dm, ckpt_path=ckpt_path)
+
+
+def straight_and_resumed(fit: Any, folder: Path, steps: int = 120, at: int = 60) -> tuple[Any, Any]:
+    """``fit(folder, max_steps, ckpt_path=None, every=None)`` run straight to ``steps``, and to ``at`` (keeping
+    ``s<at>.ckpt``) then resumed from there to ``steps``: what each returned, for an exact-resume test."""
+    straight = fit(folder / "a", steps)
+    fit(folder / "b", at, every=at)
+    return straight, fit(folder / "c", steps, ckpt_path=folder / "b" / f"s{at}.ckpt")
 
 
 def tiny_checkpoint(path: Path) -> Path:

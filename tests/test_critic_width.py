@@ -6,7 +6,7 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from conftest import fit_checkpointed
+from conftest import fit_checkpointed, straight_and_resumed
 
 from td3_lightning import TD3, ReplayDataModule
 
@@ -49,9 +49,7 @@ def _fit(path, max_steps: int, ckpt_path=None, every: int | None = None):
 
 
 def test_a_run_with_wide_critics_resumes_exactly(tmp_path):
-    straight = _fit(tmp_path / "a", 120)
-    _fit(tmp_path / "b", 60, every=60)  # 60 + 20 warm-up env steps: an episode's end
-    resumed = _fit(tmp_path / "c", 120, ckpt_path=tmp_path / "b" / "s60.ckpt")
+    straight, resumed = straight_and_resumed(_fit, tmp_path)  # at 60 + 20 warm-up env steps: an episode's end
     sa, sb = straight.state_dict(), resumed.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa), [k for k in sa if not torch.equal(sa[k], sb[k])]
     assert sa["critic.weights.0"].shape == (2, 3, 32) and sa["actor.net.0.weight"].shape == (8, 2)
