@@ -374,6 +374,7 @@ def test_a_stopped_fit_says_where_it_stands_and_the_command_that_goes_on(sig, co
     reached, last_step = int(found.group(1)), int(found.group(2))
     assert last_step == step and 100 <= step <= reached < 15000 and step % 100 == 0
     assert (tmp_path / "lightning_logs/version_0/learning_curve.png").stat().st_size > 1000
+    assert not list(tmp_path.rglob("fit.pid"))  # the run's note that it trains (run_lock.py) is gone with it
     go_on = shlex.split(found.group(3))
     assert go_on[-2:] == ["--ckpt_path", str(last)] and go_on[:-2] == [
         *args[:2], str(CONFIG_DIR / "pendulum.yaml"), *args[3:]]
