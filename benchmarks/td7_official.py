@@ -24,7 +24,8 @@ import numpy as np
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--td7", required=True, help="folder of a checkout of github.com/sfujim/TD7 (TD7.py, buffer.py)")
+    parser.add_argument("--td7", required=True,
+                        help="folder of a checkout of github.com/sfujim/TD7 (TD7.py, buffer.py)")
     parser.add_argument("--env", default="HalfCheetah-v5", help="gymnasium env id")
     parser.add_argument("--steps", type=int, default=3000, help="timed env steps (rounded up to whole episodes)")
     parser.add_argument("--warmup", type=int, default=1000, help="random-action env steps before the timed ones")

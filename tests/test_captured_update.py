@@ -102,7 +102,8 @@ def _adam_states(optimizers: list[torch.optim.Optimizer]) -> list[dict]:
 def test_the_static_buffer_update_steps_bit_for_bit_like_td3_update(options):
     """20 steps (10 actor steps, the learning rate moving every step, Adam states reloaded at step 12): the
     same losses, weights, targets and Adam states, exactly; the warm-up before the first step is undone."""
-    (eager, eager_opts), (static, static_opts), captured, losses, _ = _run_both(20, "cpu", False, reload_at=12, **options)
+    (eager, eager_opts), (static, static_opts), captured, losses, _ = _run_both(20, "cpu", False, reload_at=12,
+                                                                                **options)
     for step, (a, b) in enumerate(losses):
         assert len(a) == len(b) == (3 if step % 2 else 2)
         assert all(torch.equal(x, y) for x, y in zip(a, b)), step

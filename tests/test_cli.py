@@ -557,7 +557,8 @@ def test_missing_config_file(tmp_path, monkeypatch, capsys):
         main(["fit", "--config", "nope"])
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2 and "\n" not in err and err.startswith(
-        "error: config file not found: nope; give a path to a YAML file or a bundled config (ant_td7.yaml, bipedal.yaml, ")
+        "error: config file not found: nope; give a path to a YAML file or a bundled config "
+        "(ant_td7.yaml, bipedal.yaml, ")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", "pendulum", "--print_config"])
