@@ -39,6 +39,12 @@ def encoder_in_float32() -> None:
     SALEEncoder.zs, SALEEncoder.zsa = zs32, zsa32  # type: ignore[method-assign]
 
 
+def batch_of(replay: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
+    """The replay's transitions at ``index`` as new tensors (the fixed encoder's ``z_s`` cache does not carry over
+    from one pass to the next), with ``index``: the critics' loss is LAP's, as in training with ``sampler lap``."""
+    return {**{k: replay[k][index].clone() for k in KEYS}, "index": index}
+
+
 def loss_and_gradient(loss_of: Callable[[], Tensor], params: list[torch.nn.Parameter], bf16: bool
                       ) -> tuple[float, Tensor]:
     for p in params:
@@ -72,9 +78,8 @@ def main() -> None:
         previous = None
         for i in range(args.batches):
             index = torch.randint(size, (256,), generator=torch.Generator().manual_seed(i))
-            batch = {k: replay[k][index] for k in KEYS}
-            l32, g32 = loss_and_gradient(lambda: loss_fn(batch), params, bf16=False)
-            l16, g16 = loss_and_gradient(lambda: loss_fn(batch), params, bf16=True)
+            l32, g32 = loss_and_gradient(lambda: loss_fn(batch_of(replay, index)), params, bf16=False)
+            l16, g16 = loss_and_gradient(lambda: loss_fn(batch_of(replay, index)), params, bf16=True)
             loss32 += l32 / args.batches
             change += abs(l16 - l32) / abs(l32) / args.batches
             cosine += float(torch.nn.functional.cosine_similarity(g32, g16, dim=0)) / args.batches

@@ -1,5 +1,6 @@
-"""``benchmarks/bf16_gradients.py`` on a small TD7-set checkpoint: one line per part, the float32 loss it prints is
-the loss computed here, and with ``--encoder-float32`` the encoder's loss and gradient are float32's exactly."""
+"""``benchmarks/bf16_gradients.py`` on a small TD7-set checkpoint: one line per part, the float32 losses it prints are
+the encoder's and LAP's critic loss computed here, and with ``--encoder-float32`` the encoder's loss and gradient are
+float32's exactly."""
 
 from __future__ import annotations
 
@@ -44,12 +45,15 @@ def test_the_script_compares_each_part_of_the_update_in_float32_and_bf16(tmp_pat
     assert list(plain) == ["encoder", "critic", "actor"]
     replay = torch.load(ckpt, weights_only=False)["ReplayDataModule"]["replay"]
     trained = TD3.load_from_checkpoint(ckpt, map_location="cpu")
-    losses = []
+    losses, critic_losses = [], []
     for i in range(3):  # the script's batches: 256 slots drawn by generators seeded 0, 1, 2
         index = torch.randint(int(replay["size"]), (256,), generator=torch.Generator().manual_seed(i))
-        batch = {k: replay[k][index] for k in ("obs", "action", "next_obs")}
+        batch = {k: replay[k][index] for k in ("obs", "action", "reward", "next_obs", "terminated")}
         losses.append(float(trained.extensions.auxiliary_losses["embedding"](batch)))
+        noise = torch.zeros_like(batch["action"])
+        critic_losses.append(float(trained.critic_loss({**batch, "index": index}, noise)[0]))
     assert plain["encoder"][0] == float(f"{sum(losses) / 3:.4g}")
+    assert plain["critic"][0] == float(f"{sum(critic_losses) / 3:.4g}")  # LAP's loss, as the TD7 set trains
     assert all(0.9 < part[2] <= 1.001 for part in plain.values())  # gradient cosines near 1
     assert plain["encoder"][1] > 0  # bfloat16 moves the encoder's loss
     kept = _run(ckpt, "--encoder-float32", monkeypatch=monkeypatch, capsys=capsys)
