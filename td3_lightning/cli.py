@@ -155,11 +155,6 @@ _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")
 _LIGHTNING_CKPT_NAMES = ("hpc", "registry")
 
 
-def _first_process() -> bool:
-    """Whether this is the run's first process (or its only one): not a DDP rank that a launcher started."""
-    return all((os.environ.get(k) or "0") == "0" for k in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
-
-
 def _launched_apart(trainer: Any) -> bool:
     """Whether this run's processes were started apart from each other (each parses the command line itself)."""
     world = max(int(os.environ.get(k, "1") or 1) for k in ("WORLD_SIZE", "SLURM_NTASKS"))
@@ -396,7 +391,7 @@ class TD3CLI(LightningCLIHooks):
                                      "best, last or a file to play another)")
         if ckpt is not None and not _lightning_resolves(ckpt):
             self._ckpt_facts = check_checkpoint(ckpt)
-            if subcommand == "fit" and _first_process():
+            if subcommand == "fit" and not self._printing:  # every rank: each refuses and ends, none waits
                 refuse_if_training(ckpt)  # a fit still training that run: not a second one beside it
         return ckpt
 

@@ -1,10 +1,12 @@
-"""One fit per run: a fit notes itself in its log folder (``fit.pid``) while it trains, and a resume refuses a
-checkpoint that a fit on this machine is still training from or into, which would otherwise train the same run
-twice, each process writing its own ``last.ckpt``.
+"""One fit per run: while a fit trains, a note in this machine's register of fits names its process and its folders;
+a resume of a checkpoint that another live fit writes or resumed from, or a fit into a checkpoint folder that another
+live fit writes, is one line (it would train the same run twice, each process writing its own ``last.ckpt``).
 
-The note names the process (its PID, the machine, the process's start time, so that a reused PID is not taken for
-it), the folder the fit writes into and the run folder of the checkpoint it resumed from. It is removed when the fit
-ends, however it ends; one left by a killed process names a process that no longer runs and is ignored.
+The register is a folder (``$TD3_LIGHTNING_FITS``, else ``$XDG_CACHE_HOME/td3_lightning/fits``, else
+``~/.cache/td3_lightning/fits``) with a file per fit: its PID, machine and start (the process's start time where the
+system tells it, so that a reused PID is not taken for it), its log and checkpoint folders, and the folder of the
+checkpoint it resumed from. A fit removes its note however it ends; a note of a process that no longer runs (killed)
+is ignored and cleared. Fits on other machines are not seen; on Windows nothing is checked.
 """
 
 from __future__ import annotations
@@ -18,107 +20,154 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from td3_lightning.errors import UserInputError
 
-#: the note's file name inside the fit's log folder
-LOCK_NAME = "fit.pid"
+#: overrides where the register of this machine's fits lives
+REGISTER_ENV = "TD3_LIGHTNING_FITS"
 
 
-def _process_start(pid: int) -> str | None:
-    """When process ``pid`` started, in the kernel's clock ticks (Linux), or None where that cannot be read."""
+def register() -> Path:
+    """The folder of this machine's fit notes."""
+    if os.environ.get(REGISTER_ENV):
+        return Path(os.environ[REGISTER_ENV])
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "td3_lightning" / "fits"
+
+
+def _process_stat(pid: int) -> tuple[str, str] | None:
+    """Process ``pid``'s state and start time (Linux's ``/proc``), or None where they cannot be read."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except (OSError, IndexError):
         return None
-    return stat.rsplit(")", 1)[-1].split()[19]  # field 22, counted after the command's name
+    return (fields[0], fields[19]) if len(fields) > 19 else None  # fields 3 and 22, counted after the name
 
 
 def _running(pid: int, start: str | None) -> bool:
     """Whether process ``pid`` runs on this machine and is the one that started at ``start``."""
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # (POSIX: a check, no signal sent)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # another user's process: it runs
-    now = _process_start(pid)
-    return start is None or now is None or now == start
-
-
-def run_folder(checkpoint: Path) -> Path:
-    """The run (log) folder a checkpoint belongs to: the folder above ``checkpoints/``, else its own folder."""
-    folder = checkpoint.resolve().parent
-    return folder.parent if folder.name == "checkpoints" else folder
+    except OSError:
+        return False
+    stat = _process_stat(pid)
+    if stat is None:
+        return True
+    state, now = stat
+    return state != "Z" and (start is None or now == start)
 
 
 @dataclass(frozen=True)
-class Holder:
-    """A fit that is training: its process, since when, and the folders it writes into and resumed from."""
+class Note:
+    """A fit that trains: its process (and when it started, where known), since when, and its folders (resolved)."""
 
+    path: Path
     pid: int
+    pid_start: str | None
     started: float
-    folder: Path
-    resumed_from: Path | None
+    log_dir: Path
+    checkpoint_dirs: tuple[Path, ...]
+    resumed_dir: Path | None
 
-    def line(self, checkpoint: Path) -> str:
+    def claims(self) -> set[Path]:
+        """The checkpoint folders a second fit must not take: those it writes and the one it resumed from."""
+        return {*self.checkpoint_dirs, *([self.resumed_dir] if self.resumed_dir else [])}
+
+    def line(self, what: str) -> str:
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started))
-        return (f"{checkpoint} belongs to a run that process {self.pid} is still training (into {self.folder}, since "
+        return (f"{what} belongs to a run that process {self.pid} is still training (into {self.log_dir}, since "
                 f"{since}); a second fit would train that run twice: wait for it to end, or stop it (kill -TERM "
-                f"{self.pid}: it writes last.ckpt and prints the command that goes on), then resume")
+                f"{self.pid}: it writes last.ckpt and prints the command that goes on), then resume (if process "
+                f"{self.pid} is not a td3_lightning fit, delete {self.path})")
 
 
-def _read(note: Path) -> dict[str, Any] | None:
+def _note(path: Path) -> Note | None:
+    """The note at ``path`` if it is one of this machine's, else None (unreadable, malformed, another machine's)."""
     try:
-        data = json.loads(note.read_text())
-    except (OSError, ValueError):
+        data: Any = json.loads(path.read_text())
+        if data.get("host") != socket.gethostname() or not isinstance(data["checkpoint_dirs"], list):
+            return None
+        start = data.get("pid_start")
+        return Note(path, int(data["pid"]), str(start) if start is not None else None, float(data["started"]),
+                    Path(data["log_dir"]), tuple(Path(p) for p in data["checkpoint_dirs"]),
+                    Path(data["resumed_dir"]) if data.get("resumed_dir") else None)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
-    return data if isinstance(data, dict) else None
 
 
-def training_holder(checkpoint: str | Path) -> Holder | None:
-    """The fit on this machine, other than this process, still training from or into ``checkpoint``'s run."""
-    run = run_folder(Path(checkpoint))
-    host, me = socket.gethostname(), os.getpid()
-    for note in run.parent.glob(f"*/{LOCK_NAME}"):
-        data = _read(note)
-        if data is None or data.get("host") != host or not isinstance(data.get("pid"), int) or data["pid"] == me:
+def live_notes() -> list[Note]:
+    """The notes of the fits that train on this machine, other than this process's; notes of ended ones cleared."""
+    if os.name == "nt":
+        return []
+    notes = []
+    for path in sorted(register().glob("*.json")):
+        note = _note(path)
+        if note is None or note.pid == os.getpid():
             continue
-        resumed = Path(data["resumed_from"]) if data.get("resumed_from") else None
-        if run not in (note.parent.resolve(), resumed) or not _running(data["pid"], data.get("pid_start")):
-            continue
-        return Holder(data["pid"], float(data.get("started", 0.0)), note.parent, resumed)
-    return None
+        if _running(note.pid, note.pid_start):
+            notes.append(note)
+        else:
+            path.unlink(missing_ok=True)
+    return notes
+
+
+def training_note(checkpoint: str | Path) -> Note | None:
+    """The note of the live fit on this machine, other than this process, that writes ``checkpoint``'s folder or
+    resumed from it."""
+    folder = Path(checkpoint).resolve().parent
+    return next((note for note in live_notes() if folder in note.claims()), None)
 
 
 def refuse_if_training(checkpoint: str | Path) -> None:
-    """One line (:class:`UserInputError`) when a fit still trains the run of the checkpoint a resume would take."""
-    holder = training_holder(checkpoint)
-    if holder is not None:
-        raise UserInputError(holder.line(Path(checkpoint)))
+    """One line (:class:`UserInputError`) when a live fit trains the run of the checkpoint a resume would take."""
+    note = training_note(checkpoint)
+    if note is not None:
+        raise UserInputError(note.line(str(checkpoint)))
+
+
+def _checkpoint_dirs(trainer: L.Trainer) -> tuple[Path, ...]:
+    return tuple(Path(c.dirpath).resolve() for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath)
 
 
 class RunLock(L.Callback):
-    """Writes ``fit.pid`` into the fit's log folder when it starts (rank 0) and removes it when the fit ends."""
+    """Notes the fit in the register when it starts (rank 0) and removes the note when the fit ends; refuses a fit
+    whose checkpoint folders, or the one it resumed from, another live fit took first."""
 
     def __init__(self) -> None:
-        self._note: Path | None = None
+        self._path: Path | None = None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.is_global_zero or trainer.log_dir is None:
+        log_dir = trainer.log_dir  # on every rank: the logger's folder is broadcast
+        if not trainer.is_global_zero or os.name == "nt":
             return
-        folder = Path(trainer.log_dir)
-        folder.mkdir(parents=True, exist_ok=True)
         ckpt = Path(trainer.ckpt_path) if trainer.ckpt_path else None
-        resumed = run_folder(ckpt) if ckpt is not None and ckpt.is_file() else None
+        resumed = ckpt.resolve().parent if ckpt is not None and ckpt.is_file() else None
+        dirs = _checkpoint_dirs(trainer)
         pid = os.getpid()
-        note = {"pid": pid, "pid_start": _process_start(pid), "host": socket.gethostname(), "started": time.time(),
-                "resumed_from": str(resumed) if resumed is not None else None}
-        path = folder / LOCK_NAME
-        temporary = folder / f".{LOCK_NAME}.{pid}"
-        temporary.write_text(json.dumps(note))
-        os.replace(temporary, path)
-        self._note = path
+        stat = _process_stat(pid)
+        note = {"pid": pid, "pid_start": stat[1] if stat else None, "host": socket.gethostname(),
+                "started": time.time(), "log_dir": str(Path(log_dir or trainer.default_root_dir).resolve()),
+                "checkpoint_dirs": [str(d) for d in dirs], "resumed_dir": str(resumed) if resumed else None}
+        folder = register()
+        path = folder / f"{socket.gethostname()}-{pid}.json"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            temporary = folder / f".{path.name}.tmp"
+            temporary.write_text(json.dumps(note))
+            os.replace(temporary, path)
+        except OSError:
+            return  # no register to write (a read-only home): the fit goes on unguarded
+        self._path = path
+        mine = {*dirs, *([resumed] if resumed else [])}
+        other = next((n for n in live_notes() if n.claims() & mine), None)  # one that started at the same time
+        if other is not None:
+            self.release()
+            raise UserInputError(other.line(str(ckpt or dirs[0])))
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.release()
@@ -127,7 +176,7 @@ class RunLock(L.Callback):
         self.release()
 
     def release(self) -> None:
-        """Remove this fit's note (if it is still this process's)."""
-        note, self._note = self._note, None
-        if note is not None and (_read(note) or {}).get("pid") == os.getpid():
-            note.unlink(missing_ok=True)
+        """Remove this fit's note."""
+        path, self._path = self._path, None
+        if path is not None:
+            path.unlink(missing_ok=True)

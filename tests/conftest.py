@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ import envs as test_envs  # noqa: E402
 test_envs.register()
 
 REPO = Path(__file__).resolve().parents[1]
+# the fits of the suite (and of the CLI processes it starts) note themselves in a register of their own
+os.environ["TD3_LIGHTNING_FITS"] = tempfile.mkdtemp(prefix="td3-fits-")
 
 
 def quiet_trainer(**kwargs) -> L.Trainer:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -26,6 +27,7 @@ from td3_lightning.checkpointing import AtomicCheckpointIO, with_atomic_checkpoi
 from td3_lightning.cli import TD3CLI, TRAINER_DEFAULTS, main
 from td3_lightning.user_input import CONFIG_DIR
 from td3_lightning.module import NonFiniteError
+from td3_lightning.run_lock import register
 
 ENV = "td3test/ConstantReward-v0"
 
@@ -374,7 +376,8 @@ def test_a_stopped_fit_says_where_it_stands_and_the_command_that_goes_on(sig, co
     reached, last_step = int(found.group(1)), int(found.group(2))
     assert last_step == step and 100 <= step <= reached < 15000 and step % 100 == 0
     assert (tmp_path / "lightning_logs/version_0/learning_curve.png").stat().st_size > 1000
-    assert not list(tmp_path.rglob("fit.pid"))  # the run's note that it trains (run_lock.py) is gone with it
+    notes = [json.loads(p.read_text())["pid"] for p in register().glob("*.json")]
+    assert proc.pid not in notes  # the fit's note in the register of fits (run_lock.py) is gone with it
     go_on = shlex.split(found.group(3))
     assert go_on[-2:] == ["--ckpt_path", str(last)] and go_on[:-2] == [
         *args[:2], str(CONFIG_DIR / "pendulum.yaml"), *args[3:]]
