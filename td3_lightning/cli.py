@@ -516,7 +516,7 @@ class TD3CLI(LightningCLIHooks):
             callbacks = [c for c in callbacks if not isinstance(c, RLProgressBar)]
         given = [*(config.get("callbacks") or []), *callbacks]
         # the env loop feeds the replay; hp_metric for TensorBoard; StopNotice the line of a stopped fit; RunLock
-        # notes a training fit in its folder
+        # notes a training fit in this machine's register of fits
         for default in (EnvLoop, HpMetric, StopNotice, RunLock):
             if not any(isinstance(c, default) for c in given):
                 callbacks = [*callbacks, default()]

@@ -84,6 +84,13 @@ def encode(encoder: nn.Module | None, obs: Tensor, detach: bool = False) -> Tens
     return encoder(obs)
 
 
+def half_range(action_low: Sequence[float], action_high: Sequence[float]) -> tuple[Tensor, Tensor]:
+    """Half the width and the centre of each action's bounds, ``((high - low) / 2, (high + low) / 2)``, in float32."""
+    low = torch.as_tensor(action_low, dtype=torch.float32)
+    high = torch.as_tensor(action_high, dtype=torch.float32)
+    return (high - low) / 2, (high + low) / 2
+
+
 class Actor(nn.Module):
     """Deterministic policy ``obs -> action`` with every action inside ``[low, high]``.
 
@@ -114,15 +121,14 @@ class Actor(nn.Module):
         normalizer: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        low = torch.as_tensor(action_low, dtype=torch.float32)
-        high = torch.as_tensor(action_high, dtype=torch.float32)
+        scale, bias = half_range(action_low, action_high)
         self.normalizer = normalizer
         self.encoder = encoder
         self.detach_encoder = detach_encoder
         in_dim = encoder.out_dim if encoder is not None else obs_dim
-        self.net = mlp([in_dim, *hidden_dims, low.numel()], layer_norm=layer_norm)
-        self.register_buffer("action_scale", (high - low) / 2)
-        self.register_buffer("action_bias", (high + low) / 2)
+        self.net = mlp([in_dim, *hidden_dims, scale.numel()], layer_norm=layer_norm)
+        self.register_buffer("action_scale", scale)
+        self.register_buffer("action_bias", bias)
 
     def forward(self, obs: Tensor) -> Tensor:
         return self.act(self.features(obs))
@@ -152,11 +158,9 @@ class ActionRescale(nn.Module):
 
     def __init__(self, action_low: Sequence[float], action_high: Sequence[float]) -> None:
         super().__init__()
-        low = torch.as_tensor(action_low, dtype=torch.float32)
-        high = torch.as_tensor(action_high, dtype=torch.float32)
-        scale = (high - low) / 2
+        scale, bias = half_range(action_low, action_high)
         self.register_buffer("scale", torch.where(scale > 0, scale, torch.ones_like(scale)), persistent=False)
-        self.register_buffer("bias", (high + low) / 2, persistent=False)
+        self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, action: Tensor) -> Tensor:
         return (action - self.bias) / self.scale
