@@ -167,7 +167,8 @@ class RunLock(L.Callback):
         other = next((n for n in live_notes() if n.claims() & mine), None)  # one that started at the same time
         if other is not None:
             self.release()
-            raise UserInputError(other.line(str(ckpt or dirs[0])))
+            shared = other.claims() & mine
+            raise UserInputError(other.line(str(ckpt if resumed in shared else sorted(shared)[0])))
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.release()

@@ -127,6 +127,22 @@ def test_a_fit_into_the_checkpoint_folder_of_a_fit_that_trains_is_one_line(tmp_p
     assert not shared.exists()
 
 
+def test_a_resume_into_the_checkpoint_folder_of_a_fit_that_trains_names_that_folder(tmp_path, monkeypatch, capsys,
+                                                                                     fits, sleeper):
+    """A resume of a run nobody trains, into a checkpoint folder another live fit writes: the line names the shared
+    folder (what the user must change), not the checkpoint resumed from."""
+    monkeypatch.chdir(tmp_path)
+    main(["fit", *RUN])
+    last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
+    shared = tmp_path / "ckpts"
+    _note(sleeper.pid, tmp_path / "elsewhere", [shared])
+    err = _refused(["fit", *RUN, "--trainer.max_steps", "60", "--ckpt_path", str(last),
+                    "--checkpoint.dirpath", str(shared)], capsys)
+    assert err.startswith(f"error: {shared.resolve()} belongs to a run that process {sleeper.pid} is still training")
+    assert not shared.exists()
+    assert torch.load(last, weights_only=False)["global_step"] == 40  # the run resumed from is untouched
+
+
 def test_a_note_of_another_machine_a_reused_pid_this_process_or_another_run_is_ignored(tmp_path, fits, sleeper):
     checkpoints = tmp_path / "lightning_logs/version_0/checkpoints"
     checkpoints.mkdir(parents=True)
