@@ -46,7 +46,7 @@ class SALEEncoder(nn.Module):
         return self.g(torch.cat([zs, action], dim=-1))
 
     def loss(self, obs: Tensor, action: Tensor, next_obs: Tensor) -> Tensor:
-        """``mean (g(f(s), a) - f(s'))^2``, the next state's embedding held fixed."""
+        """``mean (g(z_s, a) - z_s')^2``, the next state's embedding ``z_s'`` held fixed."""
         with torch.no_grad():
             target = self.zs(next_obs)
         return F.mse_loss(self.zsa(self.zs(obs), action), target)

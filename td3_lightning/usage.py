@@ -4,7 +4,7 @@ LightningCLI's own help lists every Trainer option before the model's (about 900
 ``--help full`` still prints it. The short help is built from the same parser by
 :func:`build_short_help` and kept as text in :mod:`td3_lightning._usage_text`, so that ``--help``
 prints it without importing torch or Lightning (:func:`td3_lightning.commands.answer_early`).
-``tests/test_help.py`` checks that the text is current; ``python -m td3_lightning.usage`` rewrites it.
+``tests/test_usage.py`` checks that the text is current; ``python -m td3_lightning.usage`` rewrites it.
 """
 
 from __future__ import annotations
