@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +19,7 @@ test_envs.register()
 REPO = Path(__file__).resolve().parents[1]
 # the fits of the suite (and of the CLI processes it starts) note themselves in a register of their own
 os.environ["TD3_LIGHTNING_FITS"] = tempfile.mkdtemp(prefix="td3-fits-")
+atexit.register(shutil.rmtree, os.environ["TD3_LIGHTNING_FITS"], ignore_errors=True)  # removed when the suite ends
 
 
 def quiet_trainer(**kwargs) -> L.Trainer:
