@@ -25,7 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "test --config pendulum.yaml --ckpt_path last --data.test_episodes 100"),
     "export": ("write a checkpoint's policy as a slim checkpoint, TorchScript or ONNX",
                "export --ckpt_path last --out actor.onnx"),
-    "tune": ("search hyperparameters with Optuna, each trial a short fit (needs td3_lightning[tune])",
+    "tune": ("search hyperparameters with Optuna, each trial a short fit (needs the tune extra)",
              "tune --config pendulum.yaml --n_trials 20 --trainer.max_steps 5000"),
 }
 

@@ -19,7 +19,7 @@ replay buffer, no loop state. ``torchscript`` writes the actor alone, a self-con
 ``onnx`` writes the same function as an ONNX graph with one input ``observation``
 (float32, shape ``[batch, *obs_shape]``, any batch size) and one output ``action``
 (``[batch, action_dim]``, already scaled to the env's action bounds); it needs the
-``onnx`` extra (``pip install "td3_lightning[onnx]"``) and runs in onnxruntime.
+``onnx`` extra (``pip install -c constraints.txt -e ".[onnx]"``) and runs in onnxruntime.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def export_onnx(src: str | Path, out: str | Path) -> Path:
     try:
         import onnx  # noqa: F401  (the exporter needs it; fail before writing with the fix)
     except ImportError:
-        raise UserInputError('ONNX export needs the onnx package: pip install "td3_lightning[onnx]"') from None
+        raise UserInputError("ONNX export needs the onnx package, which is not installed: install td3_lightning's "
+                             'onnx extra, pip install -c constraints.txt -e ".[onnx]"') from None
     out = Path(out)
     with atomic_path(out) as tmp:
         # the TorchScript-based exporter: a plain MLP needs nothing more, and it writes one self-contained file

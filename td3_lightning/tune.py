@@ -19,7 +19,7 @@ the study. At the end it prints the study's trials and writes the best trial's f
 configuration (``--best_config``), which ``python -m td3_lightning fit --config <file>``
 takes as it is.
 
-Optuna is an optional dependency: ``pip install "td3_lightning[tune]"``.
+Optuna is an optional dependency: ``pip install -c constraints.txt -e ".[tune]"``.
 """
 
 from __future__ import annotations
@@ -568,7 +568,8 @@ def tune(argv: list[str]) -> None:
     try:
         import optuna
     except ImportError:
-        raise UserInputError('tune needs Optuna, which is not installed: pip install "td3_lightning[tune]"') from None
+        raise UserInputError("tune needs Optuna, which is not installed: install td3_lightning's tune extra, "
+                             'pip install -c constraints.txt -e ".[tune]"') from None
     check_tune_options(ns, parser)
     stray = [a for a in overrides if a.startswith("-") and not a.startswith("--") and not _NUMBER.match(a)]
     if stray:

@@ -99,6 +99,18 @@ def test_export_of_a_missing_checkpoint_is_one_line_and_writes_nothing(tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_onnx_export_without_onnx_installed_says_how_to_install_it_and_writes_nothing(pendulum_ckpt, tmp_path,
+                                                                                      monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "onnx", None)  # `import onnx` raises ImportError
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--ckpt_path", str(pendulum_ckpt), "--out", str(tmp_path / "actor.onnx")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: ONNX export needs the onnx package, which is not installed: install td3_lightning's onnx extra, "
+        'pip install -c constraints.txt -e ".[onnx]"')
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_test_records_episode_videos(pendulum_ckpt, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     main(["test", "--config", "pendulum.yaml", "--data.test_episodes", "2", "--data.record_test", "1",

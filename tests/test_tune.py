@@ -321,7 +321,8 @@ def test_without_optuna_it_names_the_extra(tmp_path, monkeypatch, capsys):
         main(["tune", "--config", "pendulum.yaml", "--n_trials", "2"])
     assert info.value.code == 2
     assert capsys.readouterr().err.strip() == (
-        'error: tune needs Optuna, which is not installed: pip install "td3_lightning[tune]"')
+        "error: tune needs Optuna, which is not installed: install td3_lightning's tune extra, "
+        'pip install -c constraints.txt -e ".[tune]"')
     assert list(tmp_path.iterdir()) == []
 
 
