@@ -451,7 +451,8 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
         fallback = "; pass a checkpoint file to --ckpt_path" + (", or leave --ckpt_path out to start a new run"
                                                                  if fit else "")
         raise UserInputError(f"--ckpt_path {kind}: no checkpoint matches {described}{other or fallback}")
-    candidates = _of_the_env(candidates, (config.get("data") or {}).get("env_id"), kind, described, fit)
+    data = config.get("data") or {}
+    candidates = _of_the_env(candidates, data.get("env_id"), data.get("env_kwargs") or {}, kind, described, fit)
     newest = _newest(candidates)
     return selected_checkpoint(newest) or newest if kind == "best" and selected else newest
 
@@ -468,28 +469,42 @@ def peek_checkpoint(path: str | Path) -> dict[str, Any] | None:
     return ckpt if isinstance(ckpt, dict) else None
 
 
-def trained_env_id(path: Path) -> str | None:
-    """The env id a checkpoint was trained on, or None if it does not say or cannot be read."""
+def trained_env(path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    """The env id and ``data.env_kwargs`` a checkpoint was trained with (each None if it does not say or cannot be
+    read)."""
     ckpt = peek_checkpoint(path) or {}
     data = ckpt.get(DATAMODULE_KEY) if isinstance(ckpt.get(DATAMODULE_KEY), dict) else {}
-    env = data.get("env_id") or ((ckpt.get(CHECKPOINT_KEY) or {}).get("env") or [None])[0]
-    return env if isinstance(env, str) else None
+    if data.get("env_id"):
+        env, kwargs = data.get("env_id"), data.get("env_kwargs")
+    else:  # a slim checkpoint keeps [env_id, env_kwargs] in its own section
+        env, kwargs = (*((ckpt.get(CHECKPOINT_KEY) or {}).get("env") or ()), None, None)[:2]
+    return (env if isinstance(env, str) else None), (kwargs if isinstance(kwargs, dict) else None)
 
 
-def _of_the_env(candidates: list[Path], env_id: str | None, kind: str, described: str, fit: bool) -> list[Path]:
+def _of_the_env(candidates: list[Path], env_id: str | None, env_kwargs: dict[str, Any], kind: str, described: str,
+                fit: bool) -> list[Path]:
     """The ``candidates`` of runs on ``env_id`` (all without one: export names no env); a file that does not say
-    its env is kept. None of the env: one line naming the newest checkpoint there and its env."""
+    its env is kept. Of those, the runs trained with ``env_kwargs`` where any are (two configs of one env in one
+    folder: each takes its own run's). None of the env: one line naming the newest checkpoint there and its env."""
     if not env_id:
         return candidates
-    envs = {p: trained_env_id(p) for p in candidates}
-    matching = [p for p in candidates if envs[p] in (None, env_id)]
+    envs = {p: trained_env(p) for p in candidates}
+    matching = [p for p in candidates if envs[p][0] in (None, env_id)]
     if matching:
-        return matching
+        given = _as_json(env_kwargs)
+        same = [p for p in matching
+                if envs[p][0] == env_id and envs[p][1] is not None and _as_json(envs[p][1]) == given]
+        return same or matching
     other = _newest(candidates)
     raise UserInputError(
         f"--ckpt_path {kind}: no checkpoint that matches {described} is of {env_id} (the newest, {other}, is of "
-        f"{envs[other]}): pass a checkpoint of {env_id} to --ckpt_path, or give the --trainer.default_root_dir its run "
-        "was trained in" + (", or leave --ckpt_path out to start a new run" if fit else ""))
+        f"{envs[other][0]}): pass a checkpoint of {env_id} to --ckpt_path, or give the --trainer.default_root_dir "
+        "its run was trained in" + (", or leave --ckpt_path out to start a new run" if fit else ""))
+
+
+def _as_json(value: Any) -> str:
+    """``value`` as canonical JSON text: equal for equal dicts, whatever their key order or list types."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def _dirpath_hint(where: Path, name_glob: str, kind: str, run_options: bool) -> str:

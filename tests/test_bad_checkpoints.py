@@ -794,6 +794,30 @@ def test_last_and_best_take_the_newest_checkpoint_of_the_configs_env(real_ckpt, 
         "--ckpt_path out to start a new run")
 
 
+def test_last_and_best_take_the_newest_run_of_the_configs_env_kwargs_where_one_is(real_ckpt, tmp_path):
+    """Two configs of one env in one folder (car.yaml and car_track123.yaml): each takes its own run's checkpoint;
+    with env_kwargs no run was trained with, the newest of the env (its resume warns of the difference)."""
+    runs = tmp_path / "lightning_logs"
+    trained = (("version_0", "Pendulum-v1", {"g": 9.81, "render_mode": None}), ("version_1", "Pendulum-v1", {}),
+               ("version_2", "MountainCarContinuous-v0", {"g": 9.81, "render_mode": None}))
+    for i, (version, env, kwargs) in enumerate(trained):
+        folder = runs / version / "checkpoints"
+        folder.mkdir(parents=True)
+        loaded = torch.load(real_ckpt, weights_only=False)
+        loaded["ReplayDataModule"].update(env_id=env, env_kwargs=kwargs)
+        torch.save(loaded, folder / "last.ckpt")
+        os.utime(folder / "last.ckpt", (1e9 + i, 1e9 + i))  # version_2 is the newest, then version_1
+    config = {"trainer": {"default_root_dir": str(tmp_path)}, "checkpoint": {}}
+
+    def last(env_kwargs):
+        return find_run_checkpoint({**config, "data": {"env_id": "Pendulum-v1", "env_kwargs": env_kwargs}}, "last")
+
+    assert last({"render_mode": None, "g": 9.81}) == runs / "version_0/checkpoints/last.ckpt"  # any key order
+    assert last(None) == runs / "version_1/checkpoints/last.ckpt"
+    assert last({}) == runs / "version_1/checkpoints/last.ckpt"
+    assert last({"g": 5.0}) == runs / "version_1/checkpoints/last.ckpt"  # no run of these: the newest of the env
+
+
 def test_the_best_checkpoints_leave_the_replay_to_last_ckpt(tmp_path, monkeypatch):
     """The best checkpoints by val/return are played and exported: only last.ckpt, which resumes, holds the buffer
     (unless no last.ckpt is written: then the best ones resume and keep it)."""
