@@ -67,6 +67,13 @@ DATAMODULE_KEY = "ReplayDataModule"
 
 log = logging.getLogger(__name__)
 
+#: the env's facts that the datamodule gives the model
+LINKED_FROM_DATA = ("obs_shape", "critic_obs_shape", "action_low", "action_high")
+
+#: model options a resumed run takes from the command line over its checkpoint's: how the update is computed, when
+#: the networks start over (both handled in read_checkpoint_hparams) and a process-wide CPU flag
+RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal")
+
 # A write in progress is ``.<target name>.<random>.tmp`` in the target's folder: hidden, and
 # without the ``.ckpt`` suffix, so that nothing that looks for checkpoints picks one up (a
 # process killed while writing leaves one behind).
@@ -452,7 +459,8 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
                                                                  if fit else "")
         raise UserInputError(f"--ckpt_path {kind}: no checkpoint matches {described}{other or fallback}")
     data = config.get("data") or {}
-    candidates = _of_the_env(candidates, data.get("env_id"), data.get("env_kwargs") or {}, kind, described, fit)
+    candidates = _of_the_run(candidates, data.get("env_id"), data.get("env_kwargs") or {}, config.get("model") or {},
+                             kind, described, fit)
     newest = _newest(candidates)
     return selected_checkpoint(newest) or newest if kind == "best" and selected else newest
 
@@ -469,37 +477,49 @@ def peek_checkpoint(path: str | Path) -> dict[str, Any] | None:
     return ckpt if isinstance(ckpt, dict) else None
 
 
-def trained_env(path: Path) -> tuple[str | None, dict[str, Any] | None]:
-    """The env id and ``data.env_kwargs`` a checkpoint was trained with (each None if it does not say or cannot be
-    read)."""
+def _trained_run(path: Path) -> tuple[str | None, dict[str, Any] | None, dict[str, Any]]:
+    """The env id, ``data.env_kwargs`` and model hyperparameters a checkpoint was trained with (None, None, {} where
+    it does not say or cannot be read)."""
     ckpt = peek_checkpoint(path) or {}
     data = ckpt.get(DATAMODULE_KEY) if isinstance(ckpt.get(DATAMODULE_KEY), dict) else {}
     if data.get("env_id"):
         env, kwargs = data.get("env_id"), data.get("env_kwargs")
     else:  # a slim checkpoint keeps [env_id, env_kwargs] in its own section
         env, kwargs = (*((ckpt.get(CHECKPOINT_KEY) or {}).get("env") or ()), None, None)[:2]
-    return (env if isinstance(env, str) else None), (kwargs if isinstance(kwargs, dict) else None)
+    hp = ckpt.get("hyper_parameters")
+    return ((env if isinstance(env, str) else None), (kwargs if isinstance(kwargs, dict) else None),
+            (dict(hp) if isinstance(hp, Mapping) else {}))
 
 
-def _of_the_env(candidates: list[Path], env_id: str | None, env_kwargs: dict[str, Any], kind: str, described: str,
-                fit: bool) -> list[Path]:
-    """The ``candidates`` of runs on ``env_id`` (all without one: export names no env); a file that does not say
-    its env is kept. Of those, the runs trained with ``env_kwargs`` where any are (two configs of one env in one
-    folder: each takes its own run's). None of the env: one line naming the newest checkpoint there and its env."""
+def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[str, Any], model: Mapping[str, Any],
+                kind: str, described: str, fit: bool) -> list[Path]:
+    """The ``candidates`` of runs on ``env_id`` (all without one: export names no env; a file that does not say its
+    env is kept), and of those the runs most like the config: trained with its ``env_kwargs``, then with its model
+    options (two configs of one env in one folder each take their own run's). None of the env: one line naming the
+    newest checkpoint there and its env."""
     if not env_id:
         return candidates
-    envs = {p: trained_env(p) for p in candidates}
-    matching = [p for p in candidates if envs[p][0] in (None, env_id)]
-    if matching:
-        given = _as_json(env_kwargs)
-        same = [p for p in matching
-                if envs[p][0] == env_id and envs[p][1] is not None and _as_json(envs[p][1]) == given]
-        return same or matching
-    other = _newest(candidates)
-    raise UserInputError(
-        f"--ckpt_path {kind}: no checkpoint that matches {described} is of {env_id} (the newest, {other}, is of "
-        f"{envs[other][0]}): pass a checkpoint of {env_id} to --ckpt_path, or give the --trainer.default_root_dir "
-        "its run was trained in" + (", or leave --ckpt_path out to start a new run" if fit else ""))
+    runs = {p: _trained_run(p) for p in candidates}
+    matching = [p for p in candidates if runs[p][0] in (None, env_id)]
+    if not matching:
+        other = _newest(candidates)
+        raise UserInputError(
+            f"--ckpt_path {kind}: no checkpoint that matches {described} is of {env_id} (the newest, {other}, is of "
+            f"{runs[other][0]}): pass a checkpoint of {env_id} to --ckpt_path, or give the "
+            "--trainer.default_root_dir its run was trained in" + (
+                ", or leave --ckpt_path out to start a new run" if fit else ""))
+    given = _as_json(dict(env_kwargs))
+    mine = {key: _as_json(value) for key, value in dict(model).items()
+            if key not in RESUME_MAY_CHANGE and key not in LINKED_FROM_DATA}
+
+    def likeness(path: Path) -> tuple[bool, bool]:
+        trained_id, trained_kwargs, hp = runs[path]
+        same_env = trained_id == env_id and trained_kwargs is not None and _as_json(trained_kwargs) == given
+        same_model = bool(hp) and all(_as_json(hp[key]) == value for key, value in mine.items() if key in hp)
+        return same_env, same_model
+
+    best = max(map(likeness, matching))
+    return [p for p in matching if likeness(p) == best]
 
 
 def _as_json(value: Any) -> str:

@@ -38,6 +38,8 @@ from td3_lightning.captured import check_capture_options
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
+    LINKED_FROM_DATA,
+    RESUME_MAY_CHANGE,
     SELECTION_FILE,
     ModelCheckpoint,
     check_checkpoint,
@@ -697,14 +699,6 @@ def _mapping_keys(value: str) -> list[str]:
     except (OSError, ValueError, yaml.YAMLError):
         return []
     return [str(k) for k in loaded] if isinstance(loaded, dict) else []
-
-
-#: the env's facts that the datamodule gives the model
-LINKED_FROM_DATA = ("obs_shape", "critic_obs_shape", "action_low", "action_high")
-
-#: model options a resumed run takes from the command line over its checkpoint's: how the update is computed, when
-#: the networks start over (both handled in read_checkpoint_hparams) and a process-wide CPU flag
-RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal")
 
 
 def _same(key: str, saved: Any, given: Any) -> bool:

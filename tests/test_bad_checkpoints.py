@@ -818,6 +818,30 @@ def test_last_and_best_take_the_newest_run_of_the_configs_env_kwargs_where_one_i
     assert last({"g": 5.0}) == runs / "version_1/checkpoints/last.ckpt"  # no run of these: the newest of the env
 
 
+def test_last_and_best_take_the_newest_run_of_the_configs_model_options_where_one_is(real_ckpt, tmp_path):
+    """walker2d.yaml and walker2d_td7.yaml in one folder: each config's --ckpt_path last takes its own run's, not the
+    newest of the env (options a resume may change do not count); with model options no run has, the newest."""
+    runs = tmp_path / "lightning_logs"
+    for i, hidden in enumerate(([8], [16])):
+        folder = runs / f"version_{i}" / "checkpoints"
+        folder.mkdir(parents=True)
+        loaded = torch.load(real_ckpt, weights_only=False)
+        loaded["hyper_parameters"]["hidden_dims"] = hidden
+        torch.save(loaded, folder / "last.ckpt")
+        os.utime(folder / "last.ckpt", (1e9 + i, 1e9 + i))  # version_1 is the newest
+    env_id = torch.load(real_ckpt, weights_only=False)["ReplayDataModule"]["env_id"]
+    config = {"trainer": {"default_root_dir": str(tmp_path)}, "checkpoint": {}, "data": {"env_id": env_id}}
+
+    def last(**model):
+        return find_run_checkpoint({**config, "model": model}, "last")
+
+    assert last(hidden_dims=[8]) == runs / "version_0/checkpoints/last.ckpt"
+    assert last(hidden_dims=(8,), reset_steps=[5], compile_mode="default") == runs / "version_0/checkpoints/last.ckpt"
+    assert last(hidden_dims=[16]) == runs / "version_1/checkpoints/last.ckpt"
+    assert last(hidden_dims=[32]) == runs / "version_1/checkpoints/last.ckpt"  # no run of these: the newest
+    assert last() == runs / "version_1/checkpoints/last.ckpt"
+
+
 def test_the_best_checkpoints_leave_the_replay_to_last_ckpt(tmp_path, monkeypatch):
     """The best checkpoints by val/return are played and exported: only last.ckpt, which resumes, holds the buffer
     (unless no last.ckpt is written: then the best ones resume and keep it)."""
