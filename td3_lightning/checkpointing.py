@@ -46,7 +46,7 @@ from fsspec.utils import get_protocol
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 
 from td3_lightning import _lightning
-from td3_lightning.errors import CKPT_PATH_TAKES, UserInputError, check_checkpoint_file
+from td3_lightning.errors import CKPT_PATH_TAKES, UserInputError, check_checkpoint_file, shipped_path
 from td3_lightning.resources import gigabytes
 
 _PATH = Union[str, "os.PathLike[str]"]
@@ -405,7 +405,7 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
 
 # ------------------------------------------------------------------------------ finding a run's checkpoints
 def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_options: bool = True,
-                        fit: bool = False) -> Path:
+                        fit: bool = False, model_options: Mapping[str, Any] | None = None) -> Path:
     """The newest ``last.ckpt`` (``kind`` ``last``) or best checkpoint by ``val/return``
     (``kind`` ``best``: named by ``checkpoint.filename``, ``best-step*.ckpt`` by default) that a
     run with this configuration writes: under ``checkpoint.dirpath`` if set, else
@@ -414,7 +414,8 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
     (``--selection.episodes``), ``best`` is the checkpoint it chose, unless ``selected`` is False. Where none
     matches, the error says where another run's checkpoints are, and the options that find them if ``run_options``
     (a command with ``--config`` and ``--checkpoint.dirpath``; export has neither), and for a ``fit`` that a new
-    run starts without ``--ckpt_path``."""
+    run starts without ``--ckpt_path``. Of the config's env, the runs most like the config are taken: trained with its
+    ``data.env_kwargs``, then with ``model_options`` (the model options it sets away from their defaults)."""
     trainer = config.get("trainer") or {}
     root = Path(trainer.get("default_root_dir") or os.getcwd())
     checkpoint = config.get("checkpoint") or {}
@@ -459,7 +460,7 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
                                                                  if fit else "")
         raise UserInputError(f"--ckpt_path {kind}: no checkpoint matches {described}{other or fallback}")
     data = config.get("data") or {}
-    candidates = _of_the_run(candidates, data.get("env_id"), data.get("env_kwargs") or {}, config.get("model") or {},
+    candidates = _of_the_run(candidates, data.get("env_id"), data.get("env_kwargs") or {}, model_options or {},
                              kind, described, fit)
     newest = _newest(candidates)
     return selected_checkpoint(newest) or newest if kind == "best" and selected else newest
@@ -491,12 +492,12 @@ def _trained_run(path: Path) -> tuple[str | None, dict[str, Any] | None, dict[st
             (dict(hp) if isinstance(hp, Mapping) else {}))
 
 
-def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[str, Any], model: Mapping[str, Any],
-                kind: str, described: str, fit: bool) -> list[Path]:
+def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[str, Any],
+                model_options: Mapping[str, Any], kind: str, described: str, fit: bool) -> list[Path]:
     """The ``candidates`` of runs on ``env_id`` (all without one: export names no env; a file that does not say its
-    env is kept), and of those the runs most like the config: trained with its ``env_kwargs``, then with its model
-    options (two configs of one env in one folder each take their own run's). None of the env: one line naming the
-    newest checkpoint there and its env."""
+    env is kept), and of those the runs most like the config: trained with its ``env_kwargs``, then with its
+    ``model_options`` (two configs of one env in one folder each take their own run's; where none is, the env's).
+    None of the env: one line naming the newest checkpoint there and its env."""
     if not env_id:
         return candidates
     runs = {p: _trained_run(p) for p in candidates}
@@ -509,17 +510,25 @@ def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[
             "--trainer.default_root_dir its run was trained in" + (
                 ", or leave --ckpt_path out to start a new run" if fit else ""))
     given = _as_json(dict(env_kwargs))
-    mine = {key: _as_json(value) for key, value in dict(model).items()
-            if key not in RESUME_MAY_CHANGE and key not in LINKED_FROM_DATA}
 
     def likeness(path: Path) -> tuple[bool, bool]:
         trained_id, trained_kwargs, hp = runs[path]
         same_env = trained_id == env_id and trained_kwargs is not None and _as_json(trained_kwargs) == given
-        same_model = bool(hp) and all(_as_json(hp[key]) == value for key, value in mine.items() if key in hp)
+        same_model = bool(hp) and all(key in hp and same_option(key, hp[key], value)
+                                      for key, value in model_options.items())
         return same_env, same_model
 
-    best = max(map(likeness, matching))
-    return [p for p in matching if likeness(p) == best]
+    likenesses = {p: likeness(p) for p in matching}
+    best = max(likenesses.values())
+    return [p for p in matching if likenesses[p] == best]
+
+
+def same_option(key: str, saved: Any, given: Any) -> bool:
+    """Whether two values of a model option are the same: equal, or equal as data (a list and a tuple), or for
+    ``teacher`` the same file however named."""
+    if key == "teacher" and isinstance(saved, str) and isinstance(given, str):
+        return os.path.realpath(shipped_path(saved)) == os.path.realpath(shipped_path(given))
+    return saved == given or _as_json(saved) == _as_json(given)
 
 
 def _as_json(value: Any) -> str:

@@ -45,6 +45,7 @@ from td3_lightning.checkpointing import (
     check_checkpoint,
     find_run_checkpoint,
     options_as_trained,
+    same_option,
     selected_checkpoint,
     with_atomic_checkpoint_io,
 )
@@ -380,7 +381,8 @@ class TD3CLI(LightningCLIHooks):
             ckpt = shipped_path(ckpt)  # a shipped driver's path works from any folder
             self.config[f"{subcommand}.ckpt_path"] = ckpt
         if ckpt in ("last", "best"):
-            newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit")
+            newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit",
+                                         model_options=_set_away_from_defaults(config.get("model") or {}))
             chosen = selected_checkpoint(newest) if ckpt == "best" else None
             ckpt = str(chosen or newest)
             self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
@@ -422,7 +424,7 @@ class TD3CLI(LightningCLIHooks):
         keeps its model), said by validate and test (they play the checkpoint's policy)."""
         saved = self.config[subcommand]["model"]
         replaced = {key: value for key, value in given.items()
-                    if key in saved and not _same(key, saved.get(key), value)}
+                    if key in saved and not same_option(key, saved.get(key), value)}
         if not replaced:
             return
         listing = ", ".join(f"--model.{key} {shown(value)} (the checkpoint's: {shown(saved.get(key))})"
@@ -678,6 +680,15 @@ def _main(args: list[str] | None) -> None:
         sys.exit(2)
 
 
+def _set_away_from_defaults(model: Any) -> dict[str, Any]:
+    """The model options ``model`` sets away from their defaults, but for those a resume may change and the env's
+    facts: what tells this config's runs from others of the same env."""
+    defaults = signature_defaults(TD3)
+    return {key: value for key, value in dict(model).items()
+            if key in defaults and key not in RESUME_MAY_CHANGE + LINKED_FROM_DATA
+            and not same_option(key, defaults[key], value)}
+
+
 def given_model_options(argv: list[str]) -> tuple[str, ...]:
     """The model options ``argv`` sets, in order: ``--model.KEY VALUE``, ``--model.KEY=VALUE``, ``--model.KEY+=VALUE``,
     and the keys of a whole ``--model VALUE`` (a YAML mapping or a file holding one)."""
@@ -701,8 +712,3 @@ def _mapping_keys(value: str) -> list[str]:
     return [str(k) for k in loaded] if isinstance(loaded, dict) else []
 
 
-def _same(key: str, saved: Any, given: Any) -> bool:
-    """Whether a given model option is the checkpoint's (a teacher file: the same file, however named)."""
-    if key == "teacher" and isinstance(saved, str) and isinstance(given, str):
-        return os.path.realpath(shipped_path(saved)) == os.path.realpath(shipped_path(given))
-    return saved == given

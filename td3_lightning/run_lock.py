@@ -78,12 +78,19 @@ class Note:
         """The checkpoint folders a second fit must not take: those it writes and the one it resumed from."""
         return {*self.checkpoint_dirs, *([self.resumed_dir] if self.resumed_dir else [])}
 
-    def line(self, what: str) -> str:
+    def line(self, what: str, folder: bool = False) -> str:
+        """The refusal: of a resume of ``what`` (a checkpoint of this fit's run), or with ``folder`` of a fit that
+        would write its checkpoints into ``what``, this fit's checkpoint folder."""
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started))
-        return (f"{what} belongs to a run that process {self.pid} is still training (into {self.log_dir}, since "
-                f"{since}); a second fit would train that run twice: wait for it to end, or stop it (kill -TERM "
-                f"{self.pid}: it writes last.ckpt and prints the command that goes on), then resume (if process "
-                f"{self.pid} is not a td3_lightning fit, delete {self.path})")
+        training = f"process {self.pid} is still training (into {self.log_dir}, since {since})"
+        if folder:
+            fix = (f"{what} is the checkpoint folder of a run that {training}; a second fit there would write over "
+                   "its checkpoints: give this fit a --checkpoint.dirpath of its own, or wait for that fit to end")
+        else:
+            fix = (f"{what} belongs to a run that {training}; a second fit would train that run twice: wait for it "
+                   f"to end, or stop it (kill -TERM {self.pid}: it writes last.ckpt and prints the command that goes "
+                   "on), then resume")
+        return f"{fix} (if process {self.pid} is not a td3_lightning fit, delete {self.path})"
 
 
 def _note(path: Path) -> Note | None:
@@ -168,7 +175,9 @@ class RunLock(L.Callback):
         if other is not None:
             self.release()
             shared = other.claims() & mine
-            raise UserInputError(other.line(str(ckpt if resumed in shared else sorted(shared)[0])))
+            if resumed in shared:  # two resumes of one run started together
+                raise UserInputError(other.line(str(ckpt)))
+            raise UserInputError(other.line(str(sorted(shared)[0]), folder=True))
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.release()

@@ -18,6 +18,7 @@ import pytest
 import torch
 import yaml
 
+import td3_lightning
 from td3_lightning.checkpointing import find_run_checkpoint
 from td3_lightning.cli import main
 from td3_lightning.errors import UserInputError
@@ -833,13 +834,46 @@ def test_last_and_best_take_the_newest_run_of_the_configs_model_options_where_on
     config = {"trainer": {"default_root_dir": str(tmp_path)}, "checkpoint": {}, "data": {"env_id": env_id}}
 
     def last(**model):
-        return find_run_checkpoint({**config, "model": model}, "last")
+        return find_run_checkpoint(config, "last", model_options=model)
 
     assert last(hidden_dims=[8]) == runs / "version_0/checkpoints/last.ckpt"
-    assert last(hidden_dims=(8,), reset_steps=[5], compile_mode="default") == runs / "version_0/checkpoints/last.ckpt"
+    assert last(hidden_dims=(8,)) == runs / "version_0/checkpoints/last.ckpt"
     assert last(hidden_dims=[16]) == runs / "version_1/checkpoints/last.ckpt"
     assert last(hidden_dims=[32]) == runs / "version_1/checkpoints/last.ckpt"  # no run of these: the newest
     assert last() == runs / "version_1/checkpoints/last.ckpt"
+    assert last(hidden_dims=[8], embedding_dim=8) == runs / "version_1/checkpoints/last.ckpt"  # an option not alike
+
+
+def test_a_teacher_is_the_same_option_however_its_file_is_named(tmp_path, monkeypatch):
+    from td3_lightning.checkpointing import same_option
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "teacher.ckpt").write_bytes(b"x")
+    assert same_option("teacher", str(tmp_path / "teacher.ckpt"), "teacher.ckpt")  # recorded absolute, given relative
+    assert same_option("teacher", "td3_lightning/checkpoints/car_taught.ckpt",
+                       str(Path(td3_lightning.__file__).parent / "checkpoints/car_taught.ckpt"))
+    assert not same_option("teacher", str(tmp_path / "teacher.ckpt"), "other.ckpt")
+    assert same_option("hidden_dims", [8, 8], (8, 8)) and not same_option("hidden_dims", [8, 8], [8])
+    assert not same_option("gamma", 0.99, 0.98)
+
+
+def test_a_configs_last_is_its_own_runs_and_with_default_options_the_newest_run(tmp_path, monkeypatch, lightning_log):
+    """Through the command line: an older run trained with the config's gamma is resumed over a newer one; options a
+    resume may change do not count; a command that sets nothing away from the defaults takes the newest run."""
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--trainer.max_steps", "40", "--trainer.val_check_interval", "20", "--data.warmup_steps", "50",
+            "--data.buffer_size", "2000", "--data.eval_episodes", "1", "--model.hidden_dims", "[8]",
+            "--data.batch_size", "8", "--learning_curve.filename", "", "--data.tensorboard_video_every", "0"]
+    main(["fit", *tiny, "--model.gamma", "0.9"])  # version_0
+    main(["fit", *tiny])  # version_1, newer, gamma at its default
+    main(["fit", *tiny, "--model.gamma", "0.9", "--model.reset_steps", "[1000]", "--ckpt_path", "last",
+          "--trainer.max_steps", "60"])
+    main(["test", *tiny, "--ckpt_path", "last", "--data.test_episodes", "1"])  # version_1 has the default gamma
+    runs = tmp_path / "lightning_logs"
+    said = [line.split("checkpoint: ", 1)[1] for line in lightning_log.text.splitlines() if "checkpoint: " in line]
+    assert said == [f"{runs / 'version_0/checkpoints/last.ckpt'} (--ckpt_path last)",
+                    f"{runs / 'version_2/checkpoints/last.ckpt'} (--ckpt_path last)"]
+    assert torch.load(runs / "version_2/checkpoints/last.ckpt", weights_only=False)["global_step"] == 60
 
 
 def test_the_best_checkpoints_leave_the_replay_to_last_ckpt(tmp_path, monkeypatch):

@@ -122,7 +122,11 @@ def test_a_fit_into_the_checkpoint_folder_of_a_fit_that_trains_is_one_line(tmp_p
     shared = tmp_path / "ckpts"
     note = _note(sleeper.pid, tmp_path / "elsewhere", [shared])
     err = _refused(["fit", *RUN, "--checkpoint.dirpath", str(shared)], capsys)
-    assert err.startswith(f"error: {shared.resolve()} belongs to a run that process {sleeper.pid} is still training")
+    assert err == (
+        f"error: {shared.resolve()} is the checkpoint folder of a run that process {sleeper.pid} is still training "
+        f"(into {(tmp_path / 'elsewhere').resolve()}, since 2026-11-29 12:41); a second fit there would write over its "
+        f"checkpoints: give this fit a --checkpoint.dirpath of its own, or wait for that fit to end (if process "
+        f"{sleeper.pid} is not a td3_lightning fit, delete {note})")
     assert [p.name for p in fits.iterdir()] == [note.name]
     assert not shared.exists()
 
@@ -138,7 +142,8 @@ def test_a_resume_into_the_checkpoint_folder_of_a_fit_that_trains_names_that_fol
     _note(sleeper.pid, tmp_path / "elsewhere", [shared])
     err = _refused(["fit", *RUN, "--trainer.max_steps", "60", "--ckpt_path", str(last),
                     "--checkpoint.dirpath", str(shared)], capsys)
-    assert err.startswith(f"error: {shared.resolve()} belongs to a run that process {sleeper.pid} is still training")
+    assert err.startswith(f"error: {shared.resolve()} is the checkpoint folder of a run that process {sleeper.pid} "
+                          "is still training")
     assert not shared.exists()
     assert torch.load(last, weights_only=False)["global_step"] == 40  # the run resumed from is untouched
 
