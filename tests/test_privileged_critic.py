@@ -341,7 +341,8 @@ def test_a_teacher_named_relative_to_the_run_is_recorded_where_it_was_found(tmp_
 
     import yaml
 
-    from td3_lightning.cli import TD3CLI, _same, main
+    from td3_lightning.checkpointing import same_option as _same
+    from td3_lightning.cli import TD3CLI, main
 
     tiny = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.warmup_steps", "20",
             "--trainer.val_check_interval", "20", "--data.eval_episodes", "1", "--selection.episodes", "0"]
