@@ -67,13 +67,6 @@ DATAMODULE_KEY = "ReplayDataModule"
 
 log = logging.getLogger(__name__)
 
-#: the env's facts that the datamodule gives the model
-LINKED_FROM_DATA = ("obs_shape", "critic_obs_shape", "action_low", "action_high")
-
-#: model options a resumed run takes from the command line over its checkpoint's: how the update is computed, when
-#: the networks start over (both handled in read_checkpoint_hparams) and a process-wide CPU flag
-RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal")
-
 # A write in progress is ``.<target name>.<random>.tmp`` in the target's folder: hidden, and
 # without the ``.ckpt`` suffix, so that nothing that looks for checkpoints picks one up (a
 # process killed while writing leaves one behind).

@@ -38,8 +38,6 @@ from td3_lightning.captured import check_capture_options
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
-    LINKED_FROM_DATA,
-    RESUME_MAY_CHANGE,
     SELECTION_FILE,
     ModelCheckpoint,
     check_checkpoint,
@@ -678,6 +676,14 @@ def _main(args: list[str] | None) -> None:
     except argparse.ArgumentError as err:  # a parse error outside parse_arguments (e.g. while instantiating)
         print(f"error: {one_line_parse_error(str(err))}", file=sys.stderr)
         sys.exit(2)
+
+
+#: the env's facts that the datamodule gives the model
+LINKED_FROM_DATA = ("obs_shape", "critic_obs_shape", "action_low", "action_high")
+
+#: model options a resumed run takes from the command line over its checkpoint's: how the update is computed, when
+#: the networks start over (both handled in read_checkpoint_hparams) and a process-wide CPU flag
+RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal")
 
 
 def _set_away_from_defaults(model: Any) -> dict[str, Any]:
