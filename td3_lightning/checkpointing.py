@@ -207,7 +207,7 @@ class ModelCheckpoint(_lightning.ModelCheckpointHooks):
         super().on_train_end(trainer, pl_module)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "earlier_best_k_models": dict(self.earlier_best_k_models)}
+        return {**super().state_dict(), "earlier_best_k_models": dict(self.earlier_best_k_models), "mode": self.mode}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
@@ -399,12 +399,13 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
 # ------------------------------------------------------------------------------ finding a run's checkpoints
 def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_options: bool = True,
                         fit: bool = False, model_options: Mapping[str, Any] | None = None) -> Path:
-    """The newest ``last.ckpt`` (``kind`` ``last``) or best checkpoint by ``val/return``
+    """The newest ``last.ckpt`` (``kind`` ``last``) or the newest run's best checkpoint by ``val/return``
     (``kind`` ``best``: named by ``checkpoint.filename``, ``best-step*.ckpt`` by default) that a
     run with this configuration writes: under ``checkpoint.dirpath`` if set, else
     ``<logger save_dir>/<name>/*/checkpoints/`` (by default ``lightning_logs/version_*/checkpoints/``
     in the current folder). Where the newest best checkpoint's folder has a ``selection.json``
-    (``--selection.episodes``), ``best`` is the checkpoint it chose, unless ``selected`` is False. Where none
+    (``--selection.episodes``), ``best`` is the checkpoint it chose, else :func:`best_of_run`; with ``selected`` False,
+    the newest best checkpoint file itself. Where none
     matches, the error says where another run's checkpoints are, and the options that find them if ``run_options``
     (a command with ``--config`` and ``--checkpoint.dirpath``; export has neither), and for a ``fit`` that a new
     run starts without ``--ckpt_path``. Of the config's env, the runs most like the config are taken: trained with its
@@ -456,7 +457,9 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
     candidates = _of_the_run(candidates, data.get("env_id"), data.get("env_kwargs") or {}, model_options or {},
                              kind, described, fit)
     newest = _newest(candidates)
-    return selected_checkpoint(newest) or newest if kind == "best" and selected else newest
+    if kind != "best" or not selected:
+        return newest
+    return selected_checkpoint(newest) or best_of_run(newest)
 
 
 def peek_checkpoint(path: str | Path) -> dict[str, Any] | None:
@@ -552,6 +555,38 @@ def _dirpath_hint(where: Path, name_glob: str, kind: str, run_options: bool) -> 
 def _newest(paths: list[Path]) -> Path:
     """The most recently written of ``paths`` (ties by name)."""
     return max(paths, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+
+
+def best_of_run(newest: Path) -> Path:
+    """Of the best checkpoints kept on disk by ``newest``'s run and by the runs it resumed (each resume writes into a
+    folder of its own), the one with the best monitored score, newest first among equals: what an uninterrupted
+    run keeps as its best. ``newest`` itself where its record of them cannot be read."""
+    state = _checkpoint_callback_state(peek_checkpoint(newest) or {})
+    recorded_dir, mode = state.get("dirpath"), state.get("mode")
+    if not isinstance(recorded_dir, str) or mode not in ("min", "max"):  # written before the mode was recorded
+        return newest
+    scored: dict[Path, float] = {}
+    for recorded, score in {**(state.get("earlier_best_k_models") or {}), **(state.get("best_k_models") or {})}.items():
+        try:  # recorded relative to the fit's folder: found relative to where newest is now
+            path = Path(os.path.normpath(newest.parent / os.path.relpath(str(recorded), recorded_dir)))
+            value = float(score)
+        except (TypeError, ValueError):
+            continue
+        if path.is_file() and value == value:  # NaN never counts as best
+            scored[path] = value
+    if newest not in scored:  # the record is not of the folder newest lies in
+        return newest
+    sign = -1.0 if mode == "min" else 1.0
+    return max(scored, key=lambda p: (sign * scored[p], p.stat().st_mtime_ns, str(p)))
+
+
+def _checkpoint_callback_state(ckpt: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The state a checkpoint keeps of the callback that wrote its best checkpoints by a monitored metric, or {}."""
+    callbacks = ckpt.get("callbacks")
+    for state in (callbacks.values() if isinstance(callbacks, Mapping) else ()):
+        if isinstance(state, Mapping) and state.get("monitor") and isinstance(state.get("best_k_models"), Mapping):
+            return state
+    return {}
 
 
 def selected_checkpoint(newest: Path) -> Path | None:

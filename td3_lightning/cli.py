@@ -40,6 +40,7 @@ from td3_lightning.checkpointing import (
     BEST_FILENAME,
     SELECTION_FILE,
     ModelCheckpoint,
+    best_of_run,
     check_checkpoint,
     find_run_checkpoint,
     options_as_trained,
@@ -249,10 +250,10 @@ class TD3CLI(LightningCLIHooks):
 
     On top of LightningCLI: checkpoints are written atomically (:class:`AtomicCheckpointIO`
     unless the user passes a ``CheckpointIO`` plugin); ``--ckpt_path last`` means the newest
-    ``last.ckpt`` of earlier runs, ``--ckpt_path best`` the newest best checkpoint by
-    ``val/return`` or the one ``--selection.episodes`` chose (what ``validate`` and ``test`` take without
-    ``--ckpt_path``); a checkpoint is read and checked (readable, TD3, format
-    version, env shapes, buffer size) before anything is built or written; parse errors are
+    ``last.ckpt`` of earlier runs, ``--ckpt_path best`` the newest run's best checkpoint by
+    ``val/return`` (over the runs it resumed too) or the one ``--selection.episodes`` chose (what
+    ``validate`` and ``test`` take without ``--ckpt_path``); a checkpoint is read and checked (readable, TD3,
+    format version, env shapes, buffer size) before anything is built or written; parse errors are
     raised as :class:`UserInputError` with one line.
     """
 
@@ -382,7 +383,7 @@ class TD3CLI(LightningCLIHooks):
             newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit",
                                          model_options=_set_away_from_defaults(config.get("model") or {}))
             chosen = selected_checkpoint(newest) if ckpt == "best" else None
-            ckpt = str(chosen or newest)
+            ckpt = str(chosen or (best_of_run(newest) if ckpt == "best" else newest))
             self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
             which = given or f"best, the default of {subcommand}"
             which += f", chosen in {SELECTION_FILE}" if chosen else ""

@@ -6,8 +6,8 @@
     python -m td3_lightning export --ckpt_path path/to/run.ckpt --out actor.onnx
 
 (``python -m td3_lightning.export ...`` is the same command.) ``--ckpt_path`` defaults to ``best``: the
-newest best checkpoint by ``val/return`` under ``./lightning_logs/*/checkpoints/`` (or the one ``--selection.episodes``
-chose there); ``last`` is the newest
+newest run's best checkpoint by ``val/return`` (over the runs it resumed too) under
+``./lightning_logs/*/checkpoints/`` (or the one ``--selection.episodes`` chose there); ``last`` is the newest
 ``last.ckpt`` there; anything else is a checkpoint file. ``--out`` is a file in an existing folder; an existing
 one is replaced only with ``--overwrite``, and never when it is the checkpoint being exported or any other
 resumable training checkpoint.

@@ -44,9 +44,10 @@ GENERAL_LINES: dict[str, str] = {
 #: ``--ckpt_path`` as each subcommand reads it
 CKPT_PATH: dict[str, str] = {
     "fit": "resume: last (the newest last.ckpt in the run folder, lightning_logs/ by default), best, or a file.",
-    "validate": "the policy to play: best (default: the newest best or selected checkpoint), last, "
+    "validate": "the policy to play: best (default: the newest run's best or selected checkpoint), last, "
                 "or a checkpoint file.",
-    "test": "the policy to play: best (default: the newest best or selected checkpoint), last, or a checkpoint file.",
+    "test": "the policy to play: best (default: the newest run's best or selected checkpoint), last, "
+            "or a checkpoint file.",
 }
 
 #: what validate and test read besides the checkpoint, whose model options they play

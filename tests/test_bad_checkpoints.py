@@ -906,3 +906,42 @@ def test_a_checkpoint_without_hyperparameters_plays_with_the_configured_model(re
     main(["test", "--config", "pendulum.yaml", "--model.hidden_dims", "[16, 16]", "--data.test_episodes", "1",
           "--ckpt_path", "nohp.ckpt"])
     assert (tmp_path / "lightning_logs/version_0/test_results.json").is_file()
+
+
+def test_best_after_a_resume_is_the_best_of_the_whole_run(tmp_path, monkeypatch, lightning_log):
+    """A resume writes into a folder of its own and keeps its own best from its first validation on; ``best`` is
+    still the checkpoint with the run's best val/return, in whichever folder of the run it lies (by the scores the
+    checkpoints record, as an uninterrupted run keeps it), the newer one among equals."""
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--trainer.max_steps", "40", "--trainer.val_check_interval", "20", "--data.warmup_steps", "50",
+            "--data.buffer_size", "2000", "--data.eval_episodes", "1", "--model.hidden_dims", "[8]",
+            "--data.batch_size", "8", "--learning_curve.filename", "", "--data.tensorboard_video_every", "0"]
+    main(["fit", *tiny])
+    main(["fit", *tiny, "--ckpt_path", "last", "--trainer.max_steps", "60"])
+    runs = tmp_path / "lightning_logs"
+    (first,), (second,) = (list((runs / v / "checkpoints").glob("best-step*.ckpt")) for v in ("version_0", "version_1"))
+
+    state = next(s for s in torch.load(second, weights_only=False)["callbacks"].values() if "best_k_models" in s)
+    assert state["mode"] == "max" and len(state["earlier_best_k_models"]) == 1  # version_0's best, recorded
+
+    def scored(earlier: float, own: float, mode: str | None = "max") -> None:  # the resumed run's record of both
+        def edit(ckpt):
+            state = next(s for s in ckpt["callbacks"].values() if "best_k_models" in s)
+            state["earlier_best_k_models"] = {k: torch.tensor(earlier) for k in state["earlier_best_k_models"]}
+            state["best_k_models"] = {k: torch.tensor(own) for k in state["best_k_models"]}
+            state["mode"] = mode
+        mtime = second.stat().st_mtime_ns
+        _edited(second, second, edit)
+        os.utime(second, ns=(mtime, mtime))
+
+    config = {"trainer": {}, "checkpoint": {}, "data": {"env_id": "Pendulum-v1"}}
+    for earlier, own, mode, expected in [(-100.0, -300.0, "max", first), (-300.0, -100.0, "max", second),
+                                         (-200.0, -200.0, "max", second), (float("nan"), -300.0, "max", second),
+                                         (-300.0, -100.0, "min", first), (-100.0, -300.0, None, second)]:
+        scored(earlier, own, mode)  # mode None: a checkpoint from before the mode was recorded keeps the newest
+        assert find_run_checkpoint(config, "best") == expected, (earlier, own, mode)
+    scored(-100.0, -300.0)
+    main(["test", *tiny, "--data.test_episodes", "1"])
+    assert lightning_log.text.count(f"checkpoint: {first} (--ckpt_path best, the default of test)") == 1
+    first.unlink()  # a best checkpoint deleted by hand is not looked for
+    assert find_run_checkpoint(config, "best") == second
