@@ -3,6 +3,7 @@ test each final policy on 100 deterministic episodes, and turn the runs into a t
 
     python benchmarks/reference_results.py run --config pendulum.yaml --seeds 0 1 2   # train + test
     python benchmarks/reference_results.py table                                    # markdown table + plot
+    python benchmarks/reference_results.py best --name pendulum --seeds 0 1 2       # test the best validated, too
     python benchmarks/reference_results.py compare --panel "Hopper-v5=hopper,hopper_td7" --max_steps 275000 \
         --out hopper.png                                    # named summaries side by side
     python benchmarks/reference_results.py run --config walker2d.yaml --seeds 0 \
@@ -26,6 +27,10 @@ A tested seed is also summarised in ``benchmarks/reference_runs/<name>/seed<S>.j
 test results, evaluation curve, training hours and the machine), a few kilobytes meant to be committed:
 ``table`` builds the table and the plot from these summaries, so they outlive the ``runs/`` folder
 (run output, never committed). ``table`` first summarises any tested seed under ``runs/`` that has none.
+
+``best`` tests, beside the final policy, each tested seed's checkpoint with the run's best ``val/return`` (what
+``python -m td3_lightning test`` plays by default), on the same test episodes, in ``runs/<name>/seed<S>/best_test/``,
+and adds its results to the seed's summary as ``test_best``.
 """
 
 from __future__ import annotations
@@ -120,6 +125,36 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
                 sys.exit(returncode)
         path = save_summary(name, folder, ["--config", config, *extra])
         print(f"{name} seed {seed}: summary written to {path}")
+
+
+def test_best(name: str, seeds: list[int]) -> None:
+    """Test each seed's checkpoint with the best validation of its run (over its resumes too) on the test episodes
+    of its final policy, and add the results to the seed's summary as ``test_best`` (with the checkpoint's path
+    in the seed folder). A seed needs its run under ``runs/`` and its summary (``run`` writes both)."""
+    from td3_lightning.checkpointing import find_run_checkpoint
+
+    for seed in seeds:
+        folder = ROOT / name / f"seed{seed}"
+        path = summary_path(name, folder)
+        if seed_state(folder) != "done" or not path.exists():
+            _refuse(f"{name} seed {seed} has no tested run under {folder} with a summary in {path}; `run` it first")
+        summary = json.loads(path.read_text())
+        fit_args = summary.get("fit_args") or []
+        if "--config" not in fit_args[:-1]:
+            _refuse(f"{path} does not say the config its run was trained with (fit_args); `run` the seed again")
+        ckpt = find_run_checkpoint({"trainer": {"default_root_dir": str(folder)}, "checkpoint": {}}, "best")
+        config, out = fit_args[fit_args.index("--config") + 1], folder / "best_test"
+        returncode = call([sys.executable, "-m", "td3_lightning", "test", "--config", config, "--seed_everything",
+                           str(seed), "--trainer.default_root_dir", str(out), "--ckpt_path", str(ckpt)])
+        if returncode:
+            sys.exit(1 if returncode < 0 else returncode)
+        where = str(ckpt.relative_to(folder))
+        summary["test_best"] = {**(latest_test(out) or {}), "checkpoint": where}
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(summary, indent=1) + "\n")
+        os.replace(tmp, path)
+        print(f"{name} seed {seed}: {where}: {summary['test_best'].get('test/return', float('nan')):.1f} "
+              f"(final policy {summary['test']['test/return']:.1f}); written to {path}")
 
 
 def call(cmd: list[str]) -> int:
@@ -384,6 +419,9 @@ def main() -> None:
     r.add_argument("--name", help="the runs/ folder and summary name of a variant (default: the config's name)")
     r.add_argument("--overwrite", action="store_true",
                    help="train a seed whose summary exists without its run under runs/, replacing that summary")
+    b = sub.add_parser("best", help="test each tested seed's best validated checkpoint too, into its summary")
+    b.add_argument("--name", required=True, help="the runs/ folder and summary name (a config's name or --name)")
+    b.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     sub.add_parser("table", help="print the results table and write the plot")
     c = sub.add_parser("compare", help="plot named summaries side by side, one panel per --panel")
     c.add_argument("--panel", action="append", required=True, metavar="TITLE=NAME,NAME,...",
@@ -396,6 +434,8 @@ def main() -> None:
         run(args.config, args.seeds, extra, args.name, args.overwrite)
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    elif args.command == "best":
+        test_best(args.name, args.seeds)
     elif args.command == "compare":
         compare(args.panel, args.out, args.max_steps, args.overwrite)
     else:

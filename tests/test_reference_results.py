@@ -295,3 +295,40 @@ def test_a_sigterm_to_the_script_stops_the_command_it_runs(ref, tmp_path):
     assert ref.call([sys.executable, "-c", child]) == 143
     assert marker.read_text() == "x" and time.monotonic() - start < 30
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the script's own handling is back
+
+
+def test_best_tests_each_seeds_best_validated_checkpoint_into_its_summary(ref, tmp_path, monkeypatch, capsys):
+    seed = tmp_path / "ant_td7" / "seed1"
+    tested = _version_dir(seed, 1)
+    (tested / "test_results.json").write_text(json.dumps({"test/return": 4000.0}))
+    for n, age in ((0, 100), (1, 0)):
+        best = seed / "lightning_logs" / f"version_{n}" / "checkpoints" / f"best-step{5000 * (n + 1)}.ckpt"
+        best.parent.mkdir(parents=True, exist_ok=True)
+        best.write_bytes(b"")  # no record of the run's scores: the newest is the run's best
+        os.utime(best, (1e9 - age, 1e9 - age))
+    summary = tmp_path / "summaries" / "ant_td7" / "seed1.json"
+    with pytest.raises(SystemExit) as info:
+        ref.test_best("ant_td7", [1])
+    assert info.value.code == 2 and "no tested run" in capsys.readouterr().err  # no summary yet
+    summary.parent.mkdir(parents=True)
+    summary.write_text(json.dumps({"seed": 1, "test": {"test/return": 4000.0},
+                                   "fit_args": ["--config", "ant_td7.yaml", "--model.gamma", "0.995"]}))
+    calls: list[list[str]] = []
+
+    def fake_run(cmd: list[str]) -> int:
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("--trainer.default_root_dir") + 1]) / "lightning_logs" / "version_0"
+        out.mkdir(parents=True)
+        (out / "test_results.json").write_text(json.dumps({"test/return": 5500.0}))
+        return 0
+
+    monkeypatch.setattr(ref, "call", fake_run)
+    ref.test_best("ant_td7", [1])
+    assert calls == [[sys.executable, "-m", "td3_lightning", "test", "--config", "ant_td7.yaml", "--seed_everything",
+                      "1", "--trainer.default_root_dir", str(seed / "best_test"), "--ckpt_path",
+                      str(seed / "lightning_logs/version_1/checkpoints/best-step10000.ckpt")]]
+    written = json.loads(summary.read_text())
+    assert written["test"] == {"test/return": 4000.0}  # the final policy's stays
+    assert written["test_best"] == {"test/return": 5500.0,
+                                    "checkpoint": "lightning_logs/version_1/checkpoints/best-step10000.ckpt"}
+    assert ref.latest_test(seed) == {"test/return": 4000.0} and ref.seed_state(seed) == "done"
