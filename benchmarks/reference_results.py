@@ -127,7 +127,7 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
         print(f"{name} seed {seed}: summary written to {path}")
 
 
-def test_best(name: str, seeds: list[int]) -> None:
+def retest_best(name: str, seeds: list[int]) -> None:
     """Test each seed's checkpoint with the best validation of its run (over its resumes too) on the test episodes
     of its final policy, and add the results to the seed's summary as ``test_best`` (with the checkpoint's path
     in the seed folder). A seed needs its run under ``runs/`` and its summary (``run`` writes both)."""
@@ -144,11 +144,11 @@ def test_best(name: str, seeds: list[int]) -> None:
             _refuse(f"{path} does not say the config its run was trained with (fit_args); `run` the seed again")
         ckpt = find_run_checkpoint({"trainer": {"default_root_dir": str(folder)}, "checkpoint": {}}, "best")
         config, out = fit_args[fit_args.index("--config") + 1], folder / "best_test"
+        where = os.path.relpath(ckpt, folder)
         returncode = call([sys.executable, "-m", "td3_lightning", "test", "--config", config, "--seed_everything",
                            str(seed), "--trainer.default_root_dir", str(out), "--ckpt_path", str(ckpt)])
         if returncode:
             sys.exit(1 if returncode < 0 else returncode)
-        where = str(ckpt.relative_to(folder))
         summary["test_best"] = {**(latest_test(out) or {}), "checkpoint": where}
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(summary, indent=1) + "\n")
@@ -435,7 +435,7 @@ def main() -> None:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     elif args.command == "best":
-        test_best(args.name, args.seeds)
+        retest_best(args.name, args.seeds)
     elif args.command == "compare":
         compare(args.panel, args.out, args.max_steps, args.overwrite)
     else:

@@ -8,6 +8,7 @@ Lightning release changes it. ``constraints.txt`` pins the Lightning version CI 
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 import lightning as L
@@ -51,6 +52,17 @@ def save_last_checkpoint_now(callback: Any, trainer: L.Trainer) -> None:
     if callback._should_skip_saving_checkpoint(trainer) or callback._should_save_on_train_epoch_end(trainer):
         return
     callback._save_last_checkpoint(trainer, callback._monitor_candidates(trainer))
+
+
+def checkpoint_state_mode(state_key: str) -> str | None:
+    """The ``mode`` in the key a ``ModelCheckpoint`` files its state under in a checkpoint's ``callbacks``
+    (``Callback.state_key``: the class name and a dict of its arguments, ``ModelCheckpoint{'monitor': ..., 'mode':
+    'max', ...}``), or None: for a checkpoint that does not record the mode in the state itself."""
+    try:
+        mode = ast.literal_eval(state_key[state_key.index("{"):]).get("mode")
+    except (ValueError, SyntaxError, AttributeError, TypeError):
+        return None
+    return mode if mode in ("min", "max") else None
 
 
 from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402

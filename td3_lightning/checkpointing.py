@@ -207,13 +207,18 @@ class ModelCheckpoint(_lightning.ModelCheckpointHooks):
         super().on_train_end(trainer, pl_module)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "earlier_best_k_models": dict(self.earlier_best_k_models), "mode": self.mode}
+        """Lightning's, plus the earlier runs' best checkpoints, the ``mode`` and the folder the paths are relative
+        to (``cwd``), by which ``--ckpt_path best`` finds the run's best in any of its folders."""
+        return {**super().state_dict(), "earlier_best_k_models": dict(self.earlier_best_k_models), "mode": self.mode,
+                "cwd": os.getcwd()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         earlier = dict(state_dict.get("earlier_best_k_models") or {})
         if state_dict.get("dirpath", self.dirpath) != self.dirpath:  # its best_k_models stay behind: remember them
-            earlier.update(state_dict.get("best_k_models") or {})
+            cwd = state_dict.get("cwd") if isinstance(state_dict.get("cwd"), str) else ""
+            earlier.update({os.path.join(cwd, str(path)): score
+                            for path, score in (state_dict.get("best_k_models") or {}).items()})
         self.earlier_best_k_models = earlier
 
     def known_best(self) -> dict[str, Any]:
@@ -405,11 +410,11 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
     ``<logger save_dir>/<name>/*/checkpoints/`` (by default ``lightning_logs/version_*/checkpoints/``
     in the current folder). Where the newest best checkpoint's folder has a ``selection.json``
     (``--selection.episodes``), ``best`` is the checkpoint it chose, else :func:`best_of_run`; with ``selected`` False,
-    the newest best checkpoint file itself. Where none
-    matches, the error says where another run's checkpoints are, and the options that find them if ``run_options``
-    (a command with ``--config`` and ``--checkpoint.dirpath``; export has neither), and for a ``fit`` that a new
-    run starts without ``--ckpt_path``. Of the config's env, the runs most like the config are taken: trained with its
-    ``data.env_kwargs``, then with ``model_options`` (the model options it sets away from their defaults)."""
+    the newest best checkpoint file itself. Where none matches, the error says where another run's checkpoints are,
+    and the options that find them if ``run_options`` (a command with ``--config`` and ``--checkpoint.dirpath``;
+    export has neither), and for a ``fit`` that a new run starts without ``--ckpt_path``. Of the config's env, the
+    runs most like the config are taken: trained with its ``data.env_kwargs``, then with ``model_options`` (the
+    model options it sets away from their defaults)."""
     trainer = config.get("trainer") or {}
     root = Path(trainer.get("default_root_dir") or os.getcwd())
     checkpoint = config.get("checkpoint") or {}
@@ -559,34 +564,46 @@ def _newest(paths: list[Path]) -> Path:
 
 def best_of_run(newest: Path) -> Path:
     """Of the best checkpoints kept on disk by ``newest``'s run and by the runs it resumed (each resume writes into a
-    folder of its own), the one with the best monitored score, newest first among equals: what an uninterrupted
-    run keeps as its best. ``newest`` itself where its record of them cannot be read."""
-    state = _checkpoint_callback_state(peek_checkpoint(newest) or {})
-    recorded_dir, mode = state.get("dirpath"), state.get("mode")
-    if not isinstance(recorded_dir, str) or mode not in ("min", "max"):  # written before the mode was recorded
-        return newest
+    folder of its own) on the same env and ``env_kwargs``, the one with the best monitored score, newest first among
+    equals: what an uninterrupted run keeps as its best. ``newest`` itself where its record cannot be read."""
+    ckpt = peek_checkpoint(newest) or {}
+    callbacks = ckpt.get("callbacks")
+    here = Path(os.path.realpath(newest))
+    for key, state in (callbacks.items() if isinstance(callbacks, Mapping) else ()):
+        scored = _kept_scores(state, here)
+        if here not in scored:  # another callback's record, or not of the folder newest lies in
+            continue
+        mode = state.get("mode") or _lightning.checkpoint_state_mode(str(key))
+        if mode not in ("min", "max"):
+            return newest
+        env = _trained_run(newest)[:2]
+        alike = [p for p in scored if p == here or _trained_run(p)[:2] == env]
+        sign = -1.0 if mode == "min" else 1.0
+        best = max(alike, key=lambda p: (sign * scored[p], p.stat().st_mtime_ns, str(p)))
+        return newest if best == here else best
+    return newest
+
+
+def _kept_scores(state: Any, here: Path) -> dict[Path, float]:
+    """The best checkpoints (real path -> score) that a ``ModelCheckpoint`` state found in the checkpoint ``here``
+    records (its own and ``earlier_best_k_models``) and that are on disk; {} for a state of another kind. The paths
+    are recorded as the fits were given them: found relative to the recorded ``dirpath``, from where ``here`` is."""
+    if not (isinstance(state, Mapping) and state.get("monitor") and isinstance(state.get("best_k_models"), Mapping)
+            and isinstance(state.get("dirpath"), str)):
+        return {}
+    cwd = state.get("cwd") if isinstance(state.get("cwd"), str) else ""  # older checkpoints: one folder for both
+    recorded_dir = os.path.join(cwd, state["dirpath"])
     scored: dict[Path, float] = {}
-    for recorded, score in {**(state.get("earlier_best_k_models") or {}), **(state.get("best_k_models") or {})}.items():
-        try:  # recorded relative to the fit's folder: found relative to where newest is now
-            path = Path(os.path.normpath(newest.parent / os.path.relpath(str(recorded), recorded_dir)))
+    for recorded, score in {**(state.get("earlier_best_k_models") or {}), **state["best_k_models"]}.items():
+        try:
+            path = Path(os.path.normpath(here.parent / os.path.relpath(os.path.join(cwd, str(recorded)),
+                                                                       recorded_dir)))
             value = float(score)
         except (TypeError, ValueError):
             continue
-        if path.is_file() and value == value:  # NaN never counts as best
+        if value == value and path.is_file():  # NaN never counts as best
             scored[path] = value
-    if newest not in scored:  # the record is not of the folder newest lies in
-        return newest
-    sign = -1.0 if mode == "min" else 1.0
-    return max(scored, key=lambda p: (sign * scored[p], p.stat().st_mtime_ns, str(p)))
-
-
-def _checkpoint_callback_state(ckpt: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The state a checkpoint keeps of the callback that wrote its best checkpoints by a monitored metric, or {}."""
-    callbacks = ckpt.get("callbacks")
-    for state in (callbacks.values() if isinstance(callbacks, Mapping) else ()):
-        if isinstance(state, Mapping) and state.get("monitor") and isinstance(state.get("best_k_models"), Mapping):
-            return state
-    return {}
+    return scored
 
 
 def selected_checkpoint(newest: Path) -> Path | None:

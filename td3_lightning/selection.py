@@ -139,12 +139,13 @@ class CheckpointSelection(L.Callback):
         candidates = sorted((p for p in kept if p.is_file()), key=lambda p: p.stat().st_mtime_ns)  # as written
         if len(candidates) < 2:
             print(f"selection: {len(candidates)} kept checkpoint(s) on disk, nothing to choose among; best stays "
-                  "the newest best checkpoint", flush=True)
+                  f"the run's best by {callback.monitor}", flush=True)
             return
         env = trainer.datamodule.make_eval_env()  # type: ignore[attr-defined]
         summaries = self._play_each(type(pl_module), candidates, env)
         if not summaries:
-            print("selection: no candidate could be played; best stays the newest best checkpoint", flush=True)
+            print(f"selection: no candidate could be played; best stays the run's best by {callback.monitor}",
+                  flush=True)
             return
         # beside the newest best checkpoint on disk, where `--ckpt_path best` looks (an earlier run's folder when
         # a resumed run kept none); the names relative to it
@@ -158,8 +159,8 @@ class CheckpointSelection(L.Callback):
             with atomic_path(folder / SELECTION_FILE) as tmp:
                 tmp.write_text(json.dumps(result, indent=2) + "\n")
         except OSError as err:
-            print(f"selection: could not write {folder / SELECTION_FILE} ({err}); best stays the newest best "
-                  f"checkpoint; the choice was {folder / chosen}", flush=True)
+            print(f"selection: could not write {folder / SELECTION_FILE} ({err}); best stays the run's best by "
+                  f"{callback.monitor}; the choice was {folder / chosen}", flush=True)
             return
         print(f"selection: best is {os.path.normpath(folder / chosen)} ({describe(named[chosen])}); "
               f"{folder / SELECTION_FILE}")

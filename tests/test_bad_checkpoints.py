@@ -911,21 +911,22 @@ def test_a_checkpoint_without_hyperparameters_plays_with_the_configured_model(re
 def test_best_after_a_resume_is_the_best_of_the_whole_run(tmp_path, monkeypatch, lightning_log):
     """A resume writes into a folder of its own and keeps its own best from its first validation on; ``best`` is
     still the checkpoint with the run's best val/return, in whichever folder of the run it lies (by the scores the
-    checkpoints record, as an uninterrupted run keeps it), the newer one among equals."""
+    checkpoints record, as an uninterrupted run keeps it), the newer one among equals; also when the resume ran in
+    another folder than the fit and the run has moved since."""
     monkeypatch.chdir(tmp_path)
     tiny = ["--trainer.max_steps", "40", "--trainer.val_check_interval", "20", "--data.warmup_steps", "50",
             "--data.buffer_size", "2000", "--data.eval_episodes", "1", "--model.hidden_dims", "[8]",
             "--data.batch_size", "8", "--learning_curve.filename", "", "--data.tensorboard_video_every", "0"]
-    main(["fit", *tiny])
-    main(["fit", *tiny, "--ckpt_path", "last", "--trainer.max_steps", "60"])
-    runs = tmp_path / "lightning_logs"
+    main(["fit", *tiny, "--trainer.default_root_dir", "sub"])  # paths recorded relative to tmp_path
+    monkeypatch.chdir(tmp_path / "sub")
+    main(["fit", *tiny, "--ckpt_path", "last", "--trainer.max_steps", "60"])  # relative to tmp_path/sub
+    runs = tmp_path / "sub" / "lightning_logs"
     (first,), (second,) = (list((runs / v / "checkpoints").glob("best-step*.ckpt")) for v in ("version_0", "version_1"))
-
     state = next(s for s in torch.load(second, weights_only=False)["callbacks"].values() if "best_k_models" in s)
-    assert state["mode"] == "max" and len(state["earlier_best_k_models"]) == 1  # version_0's best, recorded
+    assert state["mode"] == "max" and list(state["earlier_best_k_models"]) == [str(first)]  # recorded absolute
 
     def scored(earlier: float, own: float, mode: str | None = "max") -> None:  # the resumed run's record of both
-        def edit(ckpt):
+        def edit(ckpt: dict) -> None:
             state = next(s for s in ckpt["callbacks"].values() if "best_k_models" in s)
             state["earlier_best_k_models"] = {k: torch.tensor(earlier) for k in state["earlier_best_k_models"]}
             state["best_k_models"] = {k: torch.tensor(own) for k in state["best_k_models"]}
@@ -937,11 +938,23 @@ def test_best_after_a_resume_is_the_best_of_the_whole_run(tmp_path, monkeypatch,
     config = {"trainer": {}, "checkpoint": {}, "data": {"env_id": "Pendulum-v1"}}
     for earlier, own, mode, expected in [(-100.0, -300.0, "max", first), (-300.0, -100.0, "max", second),
                                          (-200.0, -200.0, "max", second), (float("nan"), -300.0, "max", second),
-                                         (-300.0, -100.0, "min", first), (-100.0, -300.0, None, second)]:
-        scored(earlier, own, mode)  # mode None: a checkpoint from before the mode was recorded keeps the newest
+                                         (-300.0, -100.0, "min", first), (-100.0, -300.0, None, first)]:
+        scored(earlier, own, mode)  # mode None: read from the key the callback's state is filed under
         assert find_run_checkpoint(config, "best") == expected, (earlier, own, mode)
     scored(-100.0, -300.0)
     main(["test", *tiny, "--data.test_episodes", "1"])
     assert lightning_log.text.count(f"checkpoint: {first} (--ckpt_path best, the default of test)") == 1
-    first.unlink()  # a best checkpoint deleted by hand is not looked for
-    assert find_run_checkpoint(config, "best") == second
+    shutil.move(tmp_path / "sub", tmp_path / "moved")
+    monkeypatch.chdir(tmp_path)
+    moved = {**config, "trainer": {"default_root_dir": str(tmp_path / "moved")}}
+    assert find_run_checkpoint(moved, "best") == tmp_path / "moved/lightning_logs/version_0/checkpoints" / first.name
+    earlier = tmp_path / "moved/lightning_logs/version_0/checkpoints" / first.name
+    original, mtime = earlier.read_bytes(), earlier.stat().st_mtime_ns
+    _edited(earlier, earlier, lambda ckpt: ckpt["ReplayDataModule"].update(env_kwargs={"g": 9.81}))
+    os.utime(earlier, ns=(mtime, mtime))  # as if the resume had been given other env_kwargs than version_0's
+    assert find_run_checkpoint(moved, "best") == tmp_path / "moved/lightning_logs/version_1/checkpoints" / second.name
+    earlier.write_bytes(original)
+    os.utime(earlier, ns=(mtime, mtime))
+    assert find_run_checkpoint(moved, "best") == earlier
+    earlier.unlink()  # a best checkpoint deleted by hand is not looked for
+    assert find_run_checkpoint(moved, "best") == tmp_path / "moved/lightning_logs/version_1/checkpoints" / second.name

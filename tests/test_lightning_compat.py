@@ -70,6 +70,16 @@ def test_model_checkpoint_has_the_private_methods_save_last_checkpoint_now_calls
         assert callable(getattr(LightningModelCheckpoint, name, None)), name
 
 
+def test_checkpoint_state_mode_reads_the_mode_from_the_state_key():
+    from td3_lightning.checkpointing import ModelCheckpoint
+
+    for cls in (LightningModelCheckpoint, ModelCheckpoint):
+        for mode in ("min", "max"):
+            assert _lightning.checkpoint_state_mode(cls(monitor="val/return", mode=mode).state_key) == mode
+    assert _lightning.checkpoint_state_mode("Timer") is None
+    assert _lightning.checkpoint_state_mode("ModelCheckpoint{'mode': 'sideways'}") is None
+
+
 def test_save_last_checkpoint_now_writes_last_ckpt_once_per_step(tmp_path):
     checkpoint = LightningModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0, save_on_train_epoch_end=False)
     steps: list[int] = []

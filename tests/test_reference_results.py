@@ -298,19 +298,28 @@ def test_a_sigterm_to_the_script_stops_the_command_it_runs(ref, tmp_path):
 
 
 def test_best_tests_each_seeds_best_validated_checkpoint_into_its_summary(ref, tmp_path, monkeypatch, capsys):
+    import torch
+
     seed = tmp_path / "ant_td7" / "seed1"
     tested = _version_dir(seed, 1)
     (tested / "test_results.json").write_text(json.dumps({"test/return": 4000.0}))
-    for n, age in ((0, 100), (1, 0)):
+    recorded = "runs/ant_td7/seed1/lightning_logs/version_{}/checkpoints"  # as the fits were given their folder
+    for n, score, earlier in ((0, 900.0, {}), (1, 500.0, {f"{recorded.format(0)}/best-step5000.ckpt": 900.0})):
         best = seed / "lightning_logs" / f"version_{n}" / "checkpoints" / f"best-step{5000 * (n + 1)}.ckpt"
         best.parent.mkdir(parents=True, exist_ok=True)
-        best.write_bytes(b"")  # no record of the run's scores: the newest is the run's best
-        os.utime(best, (1e9 - age, 1e9 - age))
+        state = {"monitor": "val/return", "mode": "max", "dirpath": recorded.format(n),
+                 "best_k_models": {f"{recorded.format(n)}/{best.name}": score}, "earlier_best_k_models": earlier}
+        torch.save({"callbacks": {"ModelCheckpoint{'monitor': 'val/return', 'mode': 'max'}": state}}, best)
+        os.utime(best, (1e9 + n, 1e9 + n))  # the resume's (version_1) is the newest, and scores lower
     summary = tmp_path / "summaries" / "ant_td7" / "seed1.json"
     with pytest.raises(SystemExit) as info:
-        ref.test_best("ant_td7", [1])
+        ref.retest_best("ant_td7", [1])
     assert info.value.code == 2 and "no tested run" in capsys.readouterr().err  # no summary yet
     summary.parent.mkdir(parents=True)
+    summary.write_text(json.dumps({"seed": 1, "test": {"test/return": 4000.0}}))
+    with pytest.raises(SystemExit) as info:
+        ref.retest_best("ant_td7", [1])
+    assert info.value.code == 2 and "does not say the config" in capsys.readouterr().err
     summary.write_text(json.dumps({"seed": 1, "test": {"test/return": 4000.0},
                                    "fit_args": ["--config", "ant_td7.yaml", "--model.gamma", "0.995"]}))
     calls: list[list[str]] = []
@@ -323,12 +332,12 @@ def test_best_tests_each_seeds_best_validated_checkpoint_into_its_summary(ref, t
         return 0
 
     monkeypatch.setattr(ref, "call", fake_run)
-    ref.test_best("ant_td7", [1])
+    ref.retest_best("ant_td7", [1])
     assert calls == [[sys.executable, "-m", "td3_lightning", "test", "--config", "ant_td7.yaml", "--seed_everything",
                       "1", "--trainer.default_root_dir", str(seed / "best_test"), "--ckpt_path",
-                      str(seed / "lightning_logs/version_1/checkpoints/best-step10000.ckpt")]]
+                      str(seed / "lightning_logs/version_0/checkpoints/best-step5000.ckpt")]]
     written = json.loads(summary.read_text())
     assert written["test"] == {"test/return": 4000.0}  # the final policy's stays
     assert written["test_best"] == {"test/return": 5500.0,
-                                    "checkpoint": "lightning_logs/version_1/checkpoints/best-step10000.ckpt"}
+                                    "checkpoint": "lightning_logs/version_0/checkpoints/best-step5000.ckpt"}
     assert ref.latest_test(seed) == {"test/return": 4000.0} and ref.seed_state(seed) == "done"

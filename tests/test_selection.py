@@ -106,7 +106,7 @@ def test_a_candidate_that_cannot_be_read_is_skipped_with_a_line(tmp_path, capsys
     CheckpointSelection(episodes=3).on_fit_end(_trainer_keeping(paths), TD3([3], [-2.0], [2.0]))
     out = capsys.readouterr().out
     assert "selection: skipped best-step10.ckpt (" in out and "selection: skipped best-step20.ckpt (" in out
-    assert "no candidate could be played; best stays the newest best checkpoint" in out
+    assert "no candidate could be played; best stays the run's best by val/return" in out
     assert not (tmp_path / SELECTION_FILE).exists()
 
 
