@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 from typing import NoReturn
 
@@ -91,6 +92,11 @@ def answer_early(argv: list[str]) -> list[str]:
     which = requested(argv[1:])
     if which == "short":
         print(short_help(argv[0]), end="")
+        if any(a == "--config" or a.startswith("--config=") for a in argv[1:]):  # its values are not shown above
+            values = shlex.join(["python", "-m", "td3_lightning", *(a for a in argv if a not in ("-h", "--help")),
+                                 "--print_config"])
+            print(f"note: the defaults above are the package's; the values this command runs with: {values}",
+                  file=sys.stderr)
         sys.exit(0)
     return [argv[0], *without_full(argv[1:])] if which == "full" else argv
 

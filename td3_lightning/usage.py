@@ -43,7 +43,8 @@ GENERAL_LINES: dict[str, str] = {
 
 #: ``--ckpt_path`` as each subcommand reads it
 CKPT_PATH: dict[str, str] = {
-    "fit": "resume: last (the newest last.ckpt in the run folder, lightning_logs/ by default), best, or a file.",
+    "fit": "resume: last (the newest last.ckpt of the runs in lightning_logs/ most like this command: env, "
+           "env_kwargs, --model.*), best, or a file.",
     "validate": "the policy to play: best (default: the newest run's best or selected checkpoint), last, "
                 "or a checkpoint file.",
     "test": "the policy to play: best (default: the newest run's best or selected checkpoint), last, "
@@ -55,8 +56,8 @@ PLAYING_OPTIONS = ("--data.env_id", "--data.env_kwargs", "--data.eval_episodes",
                    "--data.test_episodes", "--data.test_seed", "--data.record_val", "--data.record_test",
                    "--data.video_format", "--data.frame_stack", "--data.privileged_critic", "--trainer.accelerator",
                    "--trainer.devices", "--trainer.precision", "--trainer.default_root_dir")
-PLAYING_MODEL = ("read from the checkpoint, which is played as it was trained (but compile_mode and "
-                 "flush_denormal; fit --help lists them).")
+PLAYING_MODEL = ("given, they choose the run that best and last take; read from the checkpoint, which is played as "
+                 "it was trained (but compile_mode and flush_denormal; fit --help lists them).")
 
 #: option groups shown in full, with their headings
 GROUPS: dict[str, str] = {

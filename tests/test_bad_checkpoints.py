@@ -685,6 +685,15 @@ def test_a_missing_last_ckpt_file_is_told_of_ckpt_path_last(tmp_path):
         check_checkpoint_file(tmp_path / "run.ckpt")
     assert str(info.value) == (f"checkpoint file not found: {tmp_path / 'run.ckpt'}; pass an existing .ckpt file to "
                                "--ckpt_path")
+    for typed, meant in (("lats", "last"), ("bset", "best"), ("Last", "last")):  # a misspelt name: what it means
+        with pytest.raises(UserInputError) as info:
+            check_checkpoint_file(typed)
+        assert str(info.value) == (f"checkpoint file not found: {typed}; pass an existing .ckpt file to --ckpt_path "
+                                   f"(or --ckpt_path {meant}: the newest {meant} checkpoint of the runs here)")
+    for typed in ("run", "runs/lats", "lats.ckpt"):  # not a name of last or best
+        with pytest.raises(UserInputError) as info:
+            check_checkpoint_file(typed)
+        assert str(info.value).endswith("pass an existing .ckpt file to --ckpt_path")
 
 
 def _without(ckpt: Path, out: Path, group: str, key: str) -> Path:

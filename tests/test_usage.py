@@ -86,6 +86,18 @@ def test_help_after_other_options_is_the_short_help(flag, capsys):
     assert capsys.readouterr().out == HELP["test"]
 
 
+def test_help_with_a_config_says_where_its_values_are_shown(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", "pendulum.yaml", "--model.gamma", "0.9", "--help"])
+    captured = capsys.readouterr()
+    assert info.value.code == 0 and captured.out == HELP["fit"]
+    assert captured.err == ("note: the defaults above are the package's; the values this command runs with: python -m "
+                            "td3_lightning fit --config pendulum.yaml --model.gamma 0.9 --print_config\n")
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    assert capsys.readouterr().err == ""  # no config: the defaults are the values
+
+
 def test_help_full_is_lightning_s(capsys):
     with pytest.raises(SystemExit) as info:
         main(["fit", "--help", "full"])
