@@ -521,6 +521,10 @@ def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[
 
     likenesses = {p: likeness(p) for p in matching}
     best = max(likenesses.values())
+    if model_options and not best[1] and not fit:  # a fit's resume refuses the options it does not have, one line
+        given_options = ", ".join(f"--model.{key} {_as_json(value)}" for key, value in model_options.items())
+        warnings.warn(f"--ckpt_path {kind}: no {env_id} run in {described} was trained with {given_options}; the "
+                      f"newest {env_id} run's is played, with its own model options", UserWarning, stacklevel=2)
     return [p for p in matching if likenesses[p] == best]
 
 

@@ -848,6 +848,14 @@ def test_last_and_best_take_the_newest_run_of_the_configs_model_options_where_on
     assert last(hidden_dims=[8]) == runs / "version_0/checkpoints/last.ckpt"
     assert last(hidden_dims=(8,)) == runs / "version_0/checkpoints/last.ckpt"
     assert last(hidden_dims=[16]) == runs / "version_1/checkpoints/last.ckpt"
+    with pytest.warns(UserWarning) as told:  # test or validate: said, as what is played is not what was asked for
+        assert last(hidden_dims=[32], gamma=0.9) == runs / "version_1/checkpoints/last.ckpt"
+    assert [str(w.message) for w in told] == [
+        f"--ckpt_path last: no {env_id} run in {runs}/*/checkpoints/last*.ckpt was trained with --model.hidden_dims "
+        f"[32], --model.gamma 0.9; the newest {env_id} run's is played, with its own model options"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        find_run_checkpoint(config, "last", model_options={"gamma": 0.9}, fit=True)  # its resume refuses them
     assert last(hidden_dims=[32]) == runs / "version_1/checkpoints/last.ckpt"  # no run of these: the newest
     assert last() == runs / "version_1/checkpoints/last.ckpt"
     assert last(hidden_dims=[8], embedding_dim=8) == runs / "version_1/checkpoints/last.ckpt"  # an option not alike
