@@ -528,6 +528,23 @@ def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[
     return [p for p in matching if likenesses[p] == best]
 
 
+#: the env's facts that the datamodule gives the model
+LINKED_FROM_DATA = ("obs_shape", "critic_obs_shape", "action_low", "action_high")
+
+#: model options a resumed run takes from the command line over its checkpoint's: how the update is computed, when
+#: the networks start over (both handled in the CLI's read_checkpoint_hparams) and a process-wide CPU flag
+RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal")
+
+
+def options_of_the_run(model: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The model options ``model`` sets away from ``defaults`` (TD3's), but for those a resume may change and the env's
+    facts: what tells a config's runs from others of the same env (``--ckpt_path last`` and ``best``; ``export
+    --config``)."""
+    return {key: value for key, value in dict(model).items()
+            if key in defaults and key not in RESUME_MAY_CHANGE + LINKED_FROM_DATA
+            and not same_option(key, defaults[key], value)}
+
+
 def same_option(key: str, saved: Any, given: Any) -> bool:
     """Whether two values of a model option are the same: equal, or equal as data (a list and a tuple), or for
     ``teacher`` the same file however named."""

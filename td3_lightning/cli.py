@@ -38,12 +38,15 @@ from td3_lightning.captured import check_capture_options
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
+    LINKED_FROM_DATA,
+    RESUME_MAY_CHANGE,
     SELECTION_FILE,
     ModelCheckpoint,
     best_of_run,
     check_checkpoint,
     find_run_checkpoint,
     options_as_trained,
+    options_of_the_run,
     same_option,
     selected_checkpoint,
     with_atomic_checkpoint_io,
@@ -679,21 +682,10 @@ def _main(args: list[str] | None) -> None:
         sys.exit(2)
 
 
-#: the env's facts that the datamodule gives the model
-LINKED_FROM_DATA = ("obs_shape", "critic_obs_shape", "action_low", "action_high")
-
-#: model options a resumed run takes from the command line over its checkpoint's: how the update is computed, when
-#: the networks start over (both handled in read_checkpoint_hparams) and a process-wide CPU flag
-RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal")
-
-
 def _set_away_from_defaults(model: Any) -> dict[str, Any]:
-    """The model options ``model`` sets away from their defaults, but for those a resume may change and the env's
-    facts: what tells this config's runs from others of the same env."""
-    defaults = signature_defaults(TD3)
-    return {key: value for key, value in dict(model).items()
-            if key in defaults and key not in RESUME_MAY_CHANGE + LINKED_FROM_DATA
-            and not same_option(key, defaults[key], value)}
+    """The model options ``model`` sets away from TD3's defaults that tell this config's runs from others of its env
+    (:func:`options_of_the_run`)."""
+    return options_of_the_run(model, signature_defaults(TD3))
 
 
 def given_model_options(argv: list[str]) -> tuple[str, ...]:

@@ -8,9 +8,10 @@
 (``python -m td3_lightning.export ...`` is the same command.) ``--ckpt_path`` defaults to ``best``: the
 newest run's best checkpoint by ``val/return`` (over the runs it resumed too) under
 ``./lightning_logs/*/checkpoints/`` (or the one ``--selection.episodes`` chose there); ``last`` is the newest
-``last.ckpt`` there; anything else is a checkpoint file. ``--out`` is a file in an existing folder; an existing
-one is replaced only with ``--overwrite``, and never when it is the checkpoint being exported or any other
-resumable training checkpoint.
+``last.ckpt`` there; with ``--config`` both are of that config's run (its folders, env, ``env_kwargs`` and model
+options, as ``test`` takes them); anything else is a checkpoint file. ``--out`` is a file in an existing folder;
+an existing one is replaced only with ``--overwrite``, and never when it is the checkpoint being exported or any
+other resumable training checkpoint.
 
 ``slim`` keeps only what ``test``, ``validate`` and ``TD3.load_from_checkpoint`` need
 (network weights, hyperparameters, the td3_lightning section): no optimizer state, no
@@ -143,8 +144,9 @@ def _check_writable(folder: Path, out: str | Path) -> None:
 
 class _ExportParser(OneLineParser):
     def unknown_option_hint(self, token: str) -> str:
-        if token == "--config" or token.startswith(("--data.", "--model.", "--trainer.")):
-            return " (export reads the networks and the env's shapes from the checkpoint: no config options)"
+        if token.startswith(("--data.", "--model.", "--trainer.")):
+            return (" (export reads the networks and the env's shapes from the checkpoint: no config options; "
+                    "--config only chooses the run)")
         return ""
 
 
@@ -177,12 +179,47 @@ def check_format(out: str, fmt: str | None) -> str:
     return fmt
 
 
+def run_config(path: str) -> dict[str, Any]:
+    """The sections of a config file (``path``, or a bundled config's name) that tell where its runs are and which
+    they are (``trainer``, ``checkpoint``, ``data``, ``model``), each a mapping; one line for a file it cannot be."""
+    import yaml
+
+    from td3_lightning.user_input import resolve_config_args
+
+    resolved = resolve_config_args(["--config", path])[1]  # a file or bundled name that is no config: one line
+    if not os.path.isfile(resolved):
+        raise UserInputError(f"--config {path}: export reads a config file; give a YAML file or a bundled config's "
+                             "name")
+    with open(resolved, encoding="utf-8") as stream:
+        content = yaml.safe_load(stream)
+    sections = {}
+    for name in ("trainer", "checkpoint", "data", "model"):
+        section = content.get(name)
+        if isinstance(section, str) and os.path.isfile(Path(resolved).parent / section):  # a section's own file
+            section = yaml.safe_load((Path(resolved).parent / section).read_text())
+        sections[name] = dict(section) if isinstance(section, dict) else {}
+    sections["model"] = sections["model"].get("init_args", sections["model"])  # class_path / init_args form
+    return sections
+
+
+def _options_of_the_run(model: dict[str, Any] | None) -> dict[str, Any]:
+    """The model options a config sets away from their defaults, which tell its runs from others of its env."""
+    from td3_lightning.checkpointing import options_of_the_run
+    from td3_lightning.declarations import signature_defaults
+    from td3_lightning.module import TD3
+
+    return options_of_the_run(model or {}, signature_defaults(TD3))
+
+
 def _parser() -> OneLineParser:
     parser = _ExportParser(prog=f"{PROG} export", description=plain_text(__doc__), allow_abbrev=False,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt_path", default="best", metavar="CKPT",
                         help="the checkpoint to export from: best (default) or last, the newest run's under "
                         "./lightning_logs, or a .ckpt file that td3_lightning wrote")
+    parser.add_argument("--config", metavar="YAML",
+                        help="with best or last: take the run of this config (a YAML file or a bundled config's "
+                        "name: its env, env_kwargs, model options and folders), as test does")
     parser.add_argument("--out", required=True, metavar="OUT",
                         help="the file to write, in an existing folder; an existing one only with --overwrite, "
                         "never a resumable training checkpoint")
@@ -207,7 +244,12 @@ def main(args: list[str] | None = None) -> None:
 
         ckpt = ns.ckpt_path
         if ckpt in ("best", "last"):
-            ckpt = find_run_checkpoint({}, ckpt, run_options=False)
+            config = run_config(ns.config) if ns.config is not None else {}
+            model_options = _options_of_the_run(config.get("model")) if ns.config is not None else None
+            ckpt = find_run_checkpoint(config, ckpt, run_options=False, model_options=model_options)
+        elif ns.config is not None:
+            raise UserInputError(f"--config chooses the run that --ckpt_path best or last takes; with the file "
+                                 f"{ckpt}, leave --config out")
         check_checkpoint(ckpt)
         check_out(ckpt, ns.out, ns.overwrite)
         if ns.ckpt_path in ("best", "last"):  # said once the input passed every check

@@ -384,6 +384,39 @@ def test_export_defaults_to_the_newest_best_checkpoint(real_ckpt, tmp_path, monk
     assert slim["global_step"] == torch.load(best, weights_only=True)["global_step"] and "optimizer_states" not in slim
 
 
+def test_export_with_a_config_takes_that_configs_run(real_ckpt, tmp_path, monkeypatch, capsys):
+    """Two runs of one env in one folder: export --config takes the best of the config's run, as test does; without
+    it, the newest run's; with a checkpoint file, --config is refused."""
+    from td3_lightning.export import main as export_main
+
+    best = next(real_ckpt.parent.glob("best-step*.ckpt"))
+    runs = tmp_path / "lightning_logs"
+    for i, gamma in enumerate((0.9, 0.99)):  # version_1, the newest, at the default gamma
+        folder = runs / f"version_{i}" / "checkpoints"
+        folder.mkdir(parents=True)
+        _edited(best, folder / best.name, lambda ckpt: ckpt["hyper_parameters"].update(gamma=gamma))
+        os.utime(folder / best.name, (1e9 + i, 1e9 + i))
+    (tmp_path / "mine.yaml").write_text("data: {env_id: Pendulum-v1}\nmodel: {gamma: 0.9}\n")
+    monkeypatch.chdir(tmp_path)
+    export_main(["--out", "newest.ckpt"])
+    assert f"checkpoint: {runs / 'version_1/checkpoints' / best.name} (--ckpt_path best)" in capsys.readouterr().out
+    export_main(["--config", "mine.yaml", "--out", "mine.ckpt"])
+    assert f"checkpoint: {runs / 'version_0/checkpoints' / best.name} (--ckpt_path best)" in capsys.readouterr().out
+    assert torch.load(tmp_path / "mine.ckpt", weights_only=True)["hyper_parameters"]["gamma"] == 0.9
+    for args, message in ((["--config", "mine.yaml", "--ckpt_path", str(best)],
+                           f"--config chooses the run that --ckpt_path best or last takes; with the file {best}, "
+                           "leave --config out"),
+                          (["--config", "nothere.yaml"], "config file not found: nothere.yaml; give a path to a YAML "
+                           "file or a bundled config (ant_td7.yaml, "),
+                          (["--config", "{model: {gamma: 0.9}}"], "--config {model: {gamma: 0.9}}: export reads a "
+                           "config file; give a YAML file or a bundled config's name")):
+        with pytest.raises(SystemExit) as info:
+            export_main([*args, "--out", "refused.ckpt"])
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1
+        assert not (tmp_path / "refused.ckpt").exists()
+
+
 def test_a_checkpoint_of_other_env_kwargs_names_the_ones_it_was_trained_with(tmp_path, monkeypatch, capsys):
     """A car run with aid_features (45 features) tested without them (43): the error says which kwargs to give,
     from the full checkpoint and from its slim export alike."""

@@ -388,7 +388,7 @@ def test_a_format_given_writes_a_file_of_any_name_but_onnx(pendulum_ckpt, tmp_pa
     assert torch.jit.load(str(tmp_path / "actor.bin"))(torch.zeros(1, 3)).shape == (1, 1)
 
 
-@pytest.mark.parametrize("option", ["--config", "--data.env_kwargs.aid_features", "--model.gamma"])
+@pytest.mark.parametrize("option", ["--data.env_kwargs.aid_features", "--model.gamma"])
 def test_export_given_a_config_option_says_it_reads_everything_from_the_checkpoint(option, tmp_path, capsys,
                                                                                   monkeypatch):
     from td3_lightning.export import main as export_main
@@ -398,5 +398,5 @@ def test_export_given_a_config_option_says_it_reads_everything_from_the_checkpoi
         export_main([option, "x", "--out", "policy.ckpt"])
     assert info.value.code == 2 and capsys.readouterr().err == (
         f"error: unknown option {option} (export reads the networks and the env's shapes from the checkpoint: no "
-        "config options); python -m td3_lightning export --help lists the options\n")
+        "config options; --config only chooses the run); python -m td3_lightning export --help lists the options\n")
     assert list(tmp_path.iterdir()) == []
