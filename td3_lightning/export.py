@@ -217,7 +217,7 @@ def _parser() -> OneLineParser:
     parser.add_argument("--ckpt_path", default="best", metavar="CKPT",
                         help="the checkpoint to export from: best (default) or last, the newest run's under "
                         "./lightning_logs, or a .ckpt file that td3_lightning wrote")
-    parser.add_argument("--config", metavar="YAML",
+    parser.add_argument("--config", metavar="FILE",
                         help="with best or last: take the run of this config (a YAML file or a bundled config's "
                         "name: its env, env_kwargs, model options and folders), as test does")
     parser.add_argument("--out", required=True, metavar="OUT",
@@ -243,8 +243,8 @@ def main(args: list[str] | None = None) -> None:
         from td3_lightning.checkpointing import check_checkpoint, find_run_checkpoint
 
         ckpt = ns.ckpt_path
+        config = run_config(ns.config) if ns.config is not None else {}
         if ckpt in ("best", "last"):
-            config = run_config(ns.config) if ns.config is not None else {}
             model_options = _options_of_the_run(config.get("model")) if ns.config is not None else None
             ckpt = find_run_checkpoint(config, ckpt, run_options=False, model_options=model_options)
         elif ns.config is not None:
