@@ -150,9 +150,7 @@ def retest_best(name: str, seeds: list[int]) -> None:
         if returncode:
             sys.exit(1 if returncode < 0 else returncode)
         summary["test_best"] = {**(latest_test(out) or {}), "checkpoint": where}
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(summary, indent=1) + "\n")
-        os.replace(tmp, path)
+        _write_summary(path, summary)
         print(f"{name} seed {seed}: {where}: {summary['test_best'].get('test/return', float('nan')):.1f} "
               f"(final policy {summary['test']['test/return']:.1f}); written to {path}")
 
@@ -213,10 +211,16 @@ def save_summary(name: str, seed_dir: Path, fit_args: list[str] | None = None) -
         summary["fit_args"] = fit_args
     path = summary_path(name, seed_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _write_summary(path, summary)
+    return path
+
+
+def _write_summary(path: Path, summary: dict) -> None:
+    """``summary`` as ``path``: written to a temporary name and renamed, so an interrupted write leaves the previous
+    file."""
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     os.replace(tmp, path)
-    return path
 
 
 def load_summaries() -> dict[str, list[dict]]:

@@ -479,10 +479,11 @@ def peek_checkpoint(path: str | Path) -> dict[str, Any] | None:
     return ckpt if isinstance(ckpt, dict) else None
 
 
-def _trained_run(path: Path) -> tuple[str | None, dict[str, Any] | None, dict[str, Any]]:
+def _trained_run(path: Path, ckpt: Mapping[str, Any] | None = None
+                 ) -> tuple[str | None, dict[str, Any] | None, dict[str, Any]]:
     """The env id, ``data.env_kwargs`` and model hyperparameters a checkpoint was trained with (None, None, {} where
-    it does not say or cannot be read)."""
-    ckpt = peek_checkpoint(path) or {}
+    it does not say or cannot be read); ``ckpt``: its content, where already read."""
+    ckpt = (peek_checkpoint(path) if ckpt is None else ckpt) or {}
     data = ckpt.get(DATAMODULE_KEY) if isinstance(ckpt.get(DATAMODULE_KEY), dict) else {}
     if data.get("env_id"):
         env, kwargs = data.get("env_id"), data.get("env_kwargs")
@@ -597,7 +598,7 @@ def best_of_run(newest: Path) -> Path:
         mode = state.get("mode") or _lightning.checkpoint_state_mode(str(key))
         if mode not in ("min", "max"):
             return newest
-        env = _trained_run(newest)[:2]
+        env = _trained_run(newest, ckpt)[:2]
         alike = [p for p in scored if p == here or _trained_run(p)[:2] == env]
         sign = -1.0 if mode == "min" else 1.0
         best = max(alike, key=lambda p: (sign * scored[p], p.stat().st_mtime_ns, str(p)))
