@@ -30,7 +30,8 @@ test results, evaluation curve, training hours and the machine), a few kilobytes
 
 ``best`` tests, beside the final policy, each tested seed's checkpoint with the run's best ``val/return`` (what
 ``python -m td3_lightning test`` plays by default), on the same test episodes, in ``runs/<name>/seed<S>/best_test/``,
-and adds its results to the seed's summary as ``test_best``.
+and adds its results to the seed's summary as ``test_best``; ``table`` then lists them in a second table, for the
+configs whose every tested seed has one.
 """
 
 from __future__ import annotations
@@ -259,6 +260,23 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {statistics.pstdev(values) if len(values) > 1 else 0.0:.1f}"
 
 
+def _print_best_table(summaries: dict[str, list[dict]]) -> None:
+    """The best validated checkpoints' test returns (``best`` wrote them) beside the final policy's, for each config
+    whose every tested seed has one; nothing where none has."""
+    rows_of = {name: rows for name, rows in summaries.items() if all("test_best" in r for r in rows)}
+    if not rows_of:
+        return
+    print("\n| config | seeds | best validated checkpoint, test return, mean ± std over seeds | per seed "
+          "(checkpoint's training step) | final policy, mean ± std |")
+    print("|---|---|---|---|---|")
+    for name, rows in rows_of.items():
+        best = [r["test_best"]["test/return"] for r in rows]
+        steps = [re.search(r"step(\d+)", r["test_best"].get("checkpoint", "")) for r in rows]
+        per_seed = ", ".join(f"{b:.1f} ({m.group(1) if m else '?'})" for b, m in zip(best, steps))
+        print(f"| {name} | {len(rows)} | {_mean_std(best)} | {per_seed} "
+              f"| {_mean_std([r['test']['test/return'] for r in rows])} |")
+
+
 def table() -> None:
     """Summarise every tested seed under ``runs/`` that has no summary yet (``run`` writes one after
     each test, on the machine that trained it), then print the markdown table (from all the summaries)
@@ -289,6 +307,7 @@ def table() -> None:
         else:
             best = hours = "n/a (no evaluation logged)"
         print(f"| {name} | {len(rows)} | {_mean_std(means)} | {per_seed} | {best} | {hours} |")
+    _print_best_table(summaries)
     curves = {name: {f"seed{r['seed']}": [tuple(p) for p in r["curve"]] for r in rows if r["curve"]}
               for name, rows in summaries.items()}
     if unfinished:

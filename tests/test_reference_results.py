@@ -341,3 +341,27 @@ def test_best_tests_each_seeds_best_validated_checkpoint_into_its_summary(ref, t
     assert written["test_best"] == {"test/return": 5500.0,
                                     "checkpoint": "lightning_logs/version_0/checkpoints/best-step5000.ckpt"}
     assert ref.latest_test(seed) == {"test/return": 4000.0} and ref.seed_state(seed) == "done"
+
+
+def test_table_lists_best_validated_checkpoints_beside_the_final_policy(ref, tmp_path, capsys):
+    folder = tmp_path / "summaries"
+    for name, seeds in (("ant_td7", {0: (4000.0, 5000.0, "best-step245000.ckpt"), 1: (6000.0, 5500.0, None)}),
+                        ("hopper_td7", {0: (3000.0, None, None)})):
+        (folder / name).mkdir(parents=True)
+        for seed, (final, best, ckpt) in seeds.items():
+            summary = {"seed": seed, "test": {"test/return": final}, "curve": [], "hours": 1.0}
+            if best is not None:
+                summary["test_best"] = {"test/return": best, "checkpoint": f"lightning_logs/version_1/checkpoints/"
+                                        f"{ckpt or 'best.ckpt'}"}
+            (folder / name / f"seed{seed}.json").write_text(json.dumps(summary))
+    ref.table()
+    out = capsys.readouterr().out
+    # ant_td7: best 5000 and 5500 -> 5250 ± 250; final 4000 and 6000 -> 5000 ± 1000; a name without a step: "?"
+    assert "| ant_td7 | 2 | 5250.0 ± 250.0 | 5000.0 (245000), 5500.0 (?) | 5000.0 ± 1000.0 |" in out
+    assert "| hopper_td7 | 1 | 3000.0 ± 0.0 |" in out and "| hopper_td7 | 1 | 3000.0 ± 0.0 | 3000.0 |" in out
+    assert out.count("hopper_td7") == 1  # no best validated checkpoint tested: not in the second table
+
+    without = {"seed": 1, "test": {"test/return": 6000.0}, "curve": []}
+    (folder / "ant_td7" / "seed1.json").write_text(json.dumps(without))
+    ref.table()
+    assert "best validated" not in capsys.readouterr().out  # one seed without it: the config's row would mislead
