@@ -180,21 +180,36 @@ class ModelCheckpoint(_lightning.ModelCheckpointHooks):
     ``save_last=True`` also writes ``last.ckpt`` after a validation that did not improve the
     monitored metric, that a run resumed into a folder of its own remembers the best checkpoints
     kept before (``earlier_best_k_models``, never deleted by it): ``--selection.episodes`` chooses among both,
-    that ``trainer.fast_dev_run`` leaves no ``last.ckpt``, and that the best checkpoints by a monitored metric leave
-    the replay buffer to ``last.ckpt`` (they are played and exported; ``last.ckpt`` resumes)."""
+    that ``trainer.fast_dev_run`` leaves no ``last.ckpt``, that the best checkpoints by a monitored metric leave
+    the replay buffer to ``last.ckpt`` (they are played and exported; ``last.ckpt`` resumes), and that a policy
+    already kept is not kept twice (policy checkpoints: the same frozen policy validated again)."""
 
     def save_checkpoint_file(self, trainer: Any, filepath: str, save: Any) -> None:
         leave_out = getattr(trainer.datamodule, "replay_left_out", None)
-        best = self.monitor is not None and self.save_last is True and \
-            not Path(filepath).name.startswith(self.CHECKPOINT_NAME_LAST)
-        with leave_out() if best and leave_out is not None else contextlib.nullcontext():
+        best = self.monitor is not None and not Path(filepath).name.startswith(self.CHECKPOINT_NAME_LAST)
+        with leave_out() if best and self.save_last is True and leave_out is not None else contextlib.nullcontext():
             save(trainer, filepath)
+        version = getattr(trainer.lightning_module, "policy_version", None)
+        if best and version is not None:
+            self.kept_policies[Path(filepath).name] = version
 
     earlier_best_k_models: dict[str, Any]
+    kept_policies: dict[str, int]  # best checkpoint file name -> the policy_version it holds
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.earlier_best_k_models = {}
+        self.earlier_best_k_models, self.kept_policies = {}, {}
+
+    def check_monitor_top_k(self, trainer: Any, current: Any = None) -> bool:
+        """Lightning's choice whether a validation's checkpoint joins the best kept, except that a policy already kept
+        (the module's ``policy_version``) is not saved again: with policy checkpoints one frozen policy validates
+        alike until the next is taken, and its copies would fill the best ``save_top_k`` that
+        ``--selection.episodes`` chooses among."""
+        version = getattr(trainer.lightning_module, "policy_version", None)
+        if version is not None and any(self.kept_policies.get(Path(path).name) == version
+                                       for path in self.known_best()):
+            return False
+        return super().check_monitor_top_k(trainer, current)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         super().on_validation_end(trainer, pl_module)
@@ -210,7 +225,7 @@ class ModelCheckpoint(_lightning.ModelCheckpointHooks):
         """Lightning's, plus the earlier runs' best checkpoints, the ``mode`` and the folder the paths are relative
         to (``cwd``), by which ``--ckpt_path best`` finds the run's best in any of its folders."""
         return {**super().state_dict(), "earlier_best_k_models": dict(self.earlier_best_k_models), "mode": self.mode,
-                "cwd": os.getcwd()}
+                "cwd": os.getcwd(), "kept_policies": dict(self.kept_policies)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
@@ -220,6 +235,7 @@ class ModelCheckpoint(_lightning.ModelCheckpointHooks):
             earlier.update({os.path.join(cwd, str(path)): score
                             for path, score in (state_dict.get("best_k_models") or {}).items()})
         self.earlier_best_k_models = earlier
+        self.kept_policies = dict(state_dict.get("kept_policies") or {})
 
     def known_best(self) -> dict[str, Any]:
         """The best checkpoints (path -> score) of this run and of the runs it resumed."""

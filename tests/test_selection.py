@@ -156,6 +156,11 @@ def test_the_kept_best_span_the_runs_a_resume_continued(tmp_path):
     with pytest.warns(UserWarning, match="dirpath has changed"):  # Lightning's: its own best_k_models stay behind
         resumed.load_state_dict(callback.state_dict())
     assert set(resumed.earlier_best_k_models) == {*callback.earlier_best_k_models, *callback.best_k_models}
+    assert resumed.kept_policies == {}  # none recorded (no policy checkpoints)
+    callback.kept_policies = {"best-step10.ckpt": 3, "best-step30.ckpt": 4}
+    with pytest.warns(UserWarning, match="dirpath has changed"):  # which policy each kept file holds goes on
+        resumed.load_state_dict(callback.state_dict())
+    assert resumed.kept_policies == {"best-step10.ckpt": 3, "best-step30.ckpt": 4}
     same_folder = ModelCheckpoint(monitor="val/return", mode="max", save_top_k=2, dirpath=tmp_path / "new")
     same_folder.load_state_dict(callback.state_dict())  # Lightning restores best_k_models itself there
     assert set(same_folder.earlier_best_k_models) == set(callback.earlier_best_k_models)
@@ -199,3 +204,26 @@ def test_a_resume_with_nothing_left_to_train_selects_beside_the_earlier_checkpoi
     result = json.loads((first / SELECTION_FILE).read_text())
     assert sorted(result["candidates"]) == sorted(p.name for p in first.glob("best-*.ckpt"))
     assert find_run_checkpoint({"trainer": {"default_root_dir": str(tmp_path)}}, "best") == first / result["chosen"]
+
+
+def test_a_frozen_policy_validated_again_is_kept_once(tmp_path, monkeypatch):
+    # policy checkpoints: validation plays the frozen policy, taken at most once per 200-step Pendulum episode, so
+    # validations every 16 training steps play the same policy several times in a row with the same return
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.eval_episodes", "1",
+          "--model.policy_checkpoints", "true", "--trainer.max_steps", "320", "--trainer.val_check_interval", "16",
+          "--data.warmup_steps", "50", "--checkpoint.save_top_k", "-1"])
+    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    kept = sorted(folder.glob("best-step*.ckpt"), key=lambda p: int(re.search(r"step(\d+)", p.name).group(1)))
+    versions = [int(torch.load(p, map_location="cpu", weights_only=False)["state_dict"]["policy_checkpoint.taken"])
+                for p in kept]
+    last = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=False)
+    taken = int(last["state_dict"]["policy_checkpoint.taken"])
+    assert len(kept) < 320 // 16 == 20  # save_top_k -1 keeps every validation's policy, each once
+    assert versions == sorted(set(versions)) and 1 <= len(versions) <= taken  # one file per policy, in order
+    state = next(v for k, v in last["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    assert state["kept_policies"] == {p.name: v for p, v in zip(kept, versions)}
+    # each kept file holds the policy it is recorded with: its frozen actor differs from every other kept one's
+    actors = [TD3.load_from_checkpoint(p, map_location="cpu").policy.state_dict() for p in kept]
+    for i in range(1, len(actors)):
+        assert any(not torch.equal(actors[i][k], actors[i - 1][k]) for k in actors[i])
