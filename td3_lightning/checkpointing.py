@@ -47,6 +47,7 @@ from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchC
 
 from td3_lightning import _lightning
 from td3_lightning.errors import CKPT_PATH_TAKES, UserInputError, check_checkpoint_file, shipped_path
+from td3_lightning.extensions.policy_checkpoints import policy_version
 from td3_lightning.resources import gigabytes
 
 _PATH = Union[str, "os.PathLike[str]"]
@@ -189,7 +190,7 @@ class ModelCheckpoint(_lightning.ModelCheckpointHooks):
         best = self.monitor is not None and not Path(filepath).name.startswith(self.CHECKPOINT_NAME_LAST)
         with leave_out() if best and self.save_last is True and leave_out is not None else contextlib.nullcontext():
             save(trainer, filepath)
-        version = getattr(trainer.lightning_module, "policy_version", None)
+        version = policy_version(trainer.lightning_module)
         if best and version is not None:
             self.kept_policies[Path(filepath).name] = version
 
@@ -202,10 +203,9 @@ class ModelCheckpoint(_lightning.ModelCheckpointHooks):
 
     def check_monitor_top_k(self, trainer: Any, current: Any = None) -> bool:
         """Lightning's choice whether a validation's checkpoint joins the best kept, except that a policy already kept
-        (the module's ``policy_version``) is not saved again: with policy checkpoints one frozen policy validates
-        alike until the next is taken, and its copies would fill the best ``save_top_k`` that
-        ``--selection.episodes`` chooses among."""
-        version = getattr(trainer.lightning_module, "policy_version", None)
+        (``policy_version``) is not saved again: with policy checkpoints one frozen policy validates alike until the
+        next is taken, and its copies would fill the best ``save_top_k`` that ``--selection.episodes`` chooses among."""
+        version = policy_version(trainer.lightning_module)
         if version is not None and any(self.kept_policies.get(Path(path).name) == version
                                        for path in self.known_best()):
             return False

@@ -250,12 +250,6 @@ class TD3(L.LightningModule):
     def policy(self) -> torch.nn.Module:  # what validation, test and export run: the actor or its checkpoint
         return self.actor if self.policy_checkpoint is None else self.policy_checkpoint.actor
 
-    @property
-    def policy_version(self) -> int | None:
-        """Which policy :attr:`policy` is: the number of policy checkpoints taken (one frozen policy validates alike
-        until the next is taken), or None where the policy changes with every update."""
-        return None if self.policy_checkpoint is None else int(self.policy_checkpoint.taken)
-
     def wants_episodes(self, episode_in_progress: bool) -> bool:  # collect on, no update: TD7's assessment goes on
         return self.policy_checkpoint is not None and (episode_in_progress or self.policy_checkpoint.assessing)
 

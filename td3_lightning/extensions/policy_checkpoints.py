@@ -76,6 +76,13 @@ class PolicyCheckpoint(nn.Module):
         return {"train/checkpoint_return": float(self.best), "train/checkpoints": float(self.taken)}
 
 
+def policy_version(module: Any) -> int | None:
+    """Which policy ``module.policy`` is: the number of policy checkpoints taken (one frozen policy validates alike
+    until the next is taken), or None without them (the policy changes with every update)."""
+    checkpoint = getattr(module, "policy_checkpoint", None)
+    return None if checkpoint is None else int(checkpoint.taken)
+
+
 def policy_checkpoint(actor: nn.Module, hp: Mapping[str, Any]) -> PolicyCheckpoint | None:
     """The checkpoint of ``actor`` that the module's hyperparameters ``hp`` ask for (None without the option)."""
     if not hp.get("policy_checkpoints"):
