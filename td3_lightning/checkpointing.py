@@ -190,8 +190,8 @@ class ModelCheckpoint(_lightning.ModelCheckpointHooks):
         best = self.monitor is not None and not Path(filepath).name.startswith(self.CHECKPOINT_NAME_LAST)
         with leave_out() if best and self.save_last is True and leave_out is not None else contextlib.nullcontext():
             save(trainer, filepath)
-        version = policy_version(trainer.lightning_module)
-        if best and version is not None:
+        version = policy_version(trainer.lightning_module) if best else None  # last.ckpt holds no kept policy
+        if version is not None:
             self.kept_policies[Path(filepath).name] = version
 
     earlier_best_k_models: dict[str, Any]
