@@ -5,16 +5,25 @@ Each critic outputs logits over ``bins`` equal bins of ``[low, high]``; its Q is
 centres under the softmax. It learns by cross-entropy against the TD target ``y`` spread over the bins as a
 Gaussian of standard deviation :data:`SIGMA_PER_BIN` bin widths (``y`` clamped into the range first). The target
 stays TD3's scalar ``r + gamma * min_i Q'_i(s', a')``; only the regression becomes a classification.
+
+A target beyond the range counts as its end, so a range too small caps the critics' values silently: the update
+records the share of targets outside it (``train/targets_outside_range``), and fit warns once when that share,
+averaged over a logging interval, passes :data:`OUTSIDE_WARNING`.
 """
 
 from __future__ import annotations
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.nn import functional as F
 
 #: the Gaussian's standard deviation in bin widths (the value the HL-Gauss paper recommends)
 SIGMA_PER_BIN = 0.75
+#: the logged term: the share of a batch's TD targets outside the range
+OUTSIDE = "targets_outside_range"
+#: fit warns once when more than this share of the targets over a logging interval fell outside the range
+OUTSIDE_WARNING = 0.01
 
 
 class ValueHistogram(nn.Module):
@@ -34,6 +43,7 @@ class ValueHistogram(nn.Module):
         self.register_buffer("edges", edges.float(), persistent=False)
         self.register_buffer("centers", ((edges[:-1] + edges[1:]) / 2).float(), persistent=False)
         self.sigma = SIGMA_PER_BIN * (self.high - self.low) / self.bins
+        self.warned = False  # watch_range's one warning
 
     def expectation(self, logits: Tensor) -> Tensor:
         """``sum_k softmax(logits)_k c_k``: the Q value of logits ``(..., bins)`` -> ``(...)``."""
@@ -46,11 +56,31 @@ class ValueHistogram(nn.Module):
         cdf = torch.special.ndtr((self.edges - y) / self.sigma)
         return (cdf[..., 1:] - cdf[..., :-1]) / (cdf[..., -1:] - cdf[..., :1])
 
-    def loss(self, logits: Tensor, y: Tensor) -> Tensor:
+    def outside(self, y: Tensor) -> Tensor:
+        """The share of the targets ``y`` below ``low`` or above ``high`` (a scalar tensor)."""
+        return ((y < self.low) | (y > self.high)).float().mean()
+
+    def loss(self, logits: Tensor, y: Tensor, terms: dict[str, Tensor] | None = None) -> Tensor:
         """Cross-entropy of each critic's logits ``(critics, batch, bins)`` against ``y`` ``(batch,)``'s
-        histogram, averaged over the batch and summed over the critics (as TD3's squared errors are)."""
+        histogram, averaged over the batch and summed over the critics (as TD3's squared errors are); the share of
+        ``y`` outside the range goes into ``terms`` (as :data:`OUTSIDE`) when given."""
+        if terms is not None:
+            terms[OUTSIDE] = self.outside(y.detach())
         target = self.target_probs(y.detach())
         return -(target * F.log_softmax(logits.float(), dim=-1)).sum(dim=-1).mean(dim=-1).sum()
 
     def extra_repr(self) -> str:
         return f"bins={self.bins}, low={self.low}, high={self.high}, sigma={self.sigma:g}"
+
+
+def watch_range(means: dict[str, Tensor], head: ValueHistogram | None) -> dict[str, Tensor]:
+    """The logged ``means`` unchanged, after one warning per run if more than :data:`OUTSIDE_WARNING` of the TD
+    targets since the last log fell outside the distributional critics' range (the only host read: at a log)."""
+    share = means.get(f"train/{OUTSIDE}")
+    if head is None or share is None or head.warned or share.item() <= OUTSIDE_WARNING:
+        return means
+    head.warned = True
+    rank_zero_warn(f"train/{OUTSIDE}: {share.item():.1%} of the critics' TD targets since the last log fell outside "
+                   f"model.critic_range [{head.low:g}, {head.high:g}], where they count as its ends and the Q values "
+                   "cannot follow them; widen model.critic_range to hold every Q of the run (docs/options.md)")
+    return means

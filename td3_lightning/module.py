@@ -19,6 +19,7 @@ from torch import Tensor
 
 from td3_lightning import checkpointing
 from td3_lightning.distributed import without_reducer_sync
+from td3_lightning.distributional import watch_range
 from td3_lightning.errors import NonFiniteError
 from td3_lightning.extensions import ActorView, build_extensions, critic_view
 from td3_lightning.extensions.policy_checkpoints import policy_checkpoint
@@ -147,16 +148,16 @@ class TD3(L.LightningModule):
         not_done = 1.0 - batch["terminated"].float()  # a time limit (truncated) still bootstraps; discount: n-step's
         return self.extensions.target_value(batch["reward"], batch.get("discount", hp.gamma) * not_done, next_q)
 
-    def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None
+    def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None, terms: dict[str, Tensor] | None = None
                     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on a prioritised batch, which has ``index``; a cross-entropy with
-        critic_bins), the Q values ``(critics, batch)`` and a prioritised batch's new priorities ``max_i |Q_i - y|``."""
+        """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on a batch with ``index``; HL-Gauss's with critic_bins, the share of
+        ``y`` outside the range into ``terms``), the Q values ``(critics, batch)`` and LAP's ``max_i |Q_i - y|``."""
         out = self.critic(critic_view(batch), batch["action"], raw=True)  # the last layer: Q, or the bins' logits
         q, y = self.critic.values(out), self.td_target(batch, noise)
         td = q - y
         priority = td.detach().abs().max(dim=0).values if "index" in batch else None  # for LAP's sampler
         if self.critic.head is not None:  # distributional critics: each learns y's histogram (critic_bins)
-            return self.critic.head.loss(out, y), q, priority
+            return self.critic.head.loss(out, y, terms), q, priority
         return (td.pow(2).mean(dim=1).sum() if priority is None else lap_loss(td)), q, priority
 
     def actor_loss(self, batch: dict[str, Tensor], terms: dict[str, Tensor] | None = None) -> Tensor:
@@ -187,7 +188,7 @@ class TD3(L.LightningModule):
             terms[auxiliary.name] = loss = auxiliary(batch)
             self.stepper.step(self, AUXILIARY + i, loss, (auxiliary,))
         # critic: regress every Q_i(s, a) on the target y (clipped double Q, smoothed target policy)
-        critic_loss, q, priority = self.critic_loss(batch, noise)
+        critic_loss, q, priority = self.critic_loss(batch, noise, terms)
         self.stepper.step(self, CRITIC, critic_loss, (self.critic,))
         actor_loss = None
         if update_actor:
@@ -228,7 +229,8 @@ class TD3(L.LightningModule):
         self.stats.add(critic_loss, q[0], actor_loss)
         if self.global_step % max(1, self.trainer.log_every_n_steps) == 0:
             self.stepper.guard.raise_recorded()  # the deferred loss check, at the logging sync
-            self.log_dict({**self.stats.means(), **self.schedules.metrics(self.global_step, run_length(self))})
+            means = watch_range(self.stats.means(), self.critic.head)  # warns once if critic_range is too small
+            self.log_dict({**means, **self.schedules.metrics(self.global_step, run_length(self))})
 
     def on_fit_start(self) -> None:  # the teacher is read, then the random stream seeded (a fixed order of draws)
         self.extensions.on_fit_start(self)
@@ -296,8 +298,7 @@ class TD3(L.LightningModule):
 
     def train(self, mode: bool = True) -> TD3:
         super().train(mode)
-        for target in (self.actor_target, self.critic_target):
-            target.eval()  # targets are never in train mode
+        self.actor_target.eval(), self.critic_target.eval()  # targets are never in train mode
         return self
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:  # never one with non-finite weights

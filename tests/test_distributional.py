@@ -11,7 +11,7 @@ import torch
 from conftest import fit_checkpointed, quiet_trainer
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
-from td3_lightning.distributional import SIGMA_PER_BIN, ValueHistogram
+from td3_lightning.distributional import OUTSIDE, SIGMA_PER_BIN, ValueHistogram
 from td3_lightning.errors import UserInputError
 
 ENV = "td3test/ConstantReward-v0"
@@ -104,11 +104,31 @@ def test_distributional_q_converges_to_the_infinite_horizon_value_through_trunca
     dm = ReplayDataModule(ENV, env_kwargs={"horizon": 5}, warmup_steps=200, batch_size=64, buffer_size=5000)
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[32, 32], gamma=0.8, tau=0.05,
                 critic_lr=3e-3, critic_bins=51, critic_range=[-2.0, 10.0])
-    quiet_trainer(max_steps=1500, callbacks=[EnvLoop()]).fit(model, dm)
+    trainer = quiet_trainer(max_steps=1500, callbacks=[EnvLoop()])
+    trainer.fit(model, dm)
     obs, act = torch.rand(512, 2) * 2 - 1, torch.rand(512, 1) * 2 - 1
     with torch.no_grad():
         q = model.critic(obs, act)
     assert abs(q.mean().item() - 5.0) < 0.35, q.mean().item()
+    assert trainer.callback_metrics[f"train/{OUTSIDE}"].item() == 0.0  # every target inside [-2, 10]
+
+
+def test_targets_beyond_a_range_too_small_are_logged_and_warned_of_once():
+    """Q -> 5 as above, in a range that ends at 2: the targets 1 + 0.8 Q' pass 2, count as 2, and fit says so."""
+    head = ValueHistogram(11, -5.0, 5.0)
+    assert head.outside(torch.tensor([-6.0, 0.0, 5.0, 5.1])).item() == 0.5  # the ends belong to the range
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, env_kwargs={"horizon": 5}, warmup_steps=200, batch_size=64, buffer_size=5000)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[32, 32], gamma=0.8, tau=0.05,
+                critic_lr=3e-3, critic_bins=21, critic_range=[-1.0, 2.0])
+    trainer = quiet_trainer(max_steps=800, log_every_n_steps=100, callbacks=[EnvLoop()])
+    with pytest.warns(UserWarning, match=r"^train/targets_outside_range: \d+\.\d% of the critics' TD targets since "
+                                         r"the last log fell outside model.critic_range \[-1, 2\], .*; widen "
+                                         r"model.critic_range") as record:
+        trainer.fit(model, dm)
+    assert sum(OUTSIDE in str(w.message) for w in record) == 1  # once per run
+    assert trainer.callback_metrics[f"train/{OUTSIDE}"].item() > 0.9
+    assert model.critic(torch.zeros(1, 2), torch.zeros(1, 1)).max().item() < 2.0  # capped inside the range
 
 
 def _fit(path, max_steps: int, ckpt_path=None, every: int | None = None):
