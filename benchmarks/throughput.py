@@ -226,6 +226,8 @@ OPTIONS = {
         n, d, ("--model.critic_bins", "101", "--model.critic_range", "[-300, 300]")),
     "td3_lightning + critic_hidden_dims [1024, 1024]": lambda n, d: run_td3_lightning(
         n, d, ("--model.critic_hidden_dims", "[1024, 1024]")),
+    "td3_lightning + CrossQ (batch_renorm, no target networks)": lambda n, d: run_td3_lightning(
+        n, d, ("--model.batch_renorm", "true", "--model.target_networks", "false")),
     "td3_lightning + TD7 set (SALE, LAP)": lambda n, d: run_td3_lightning(
         n, d, ("--model.embedding_dim", "256", "--model.target_update_every", "250", "--data.sampler", "lap")),
 }

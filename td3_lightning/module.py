@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from td3_lightning import checkpointing
+from td3_lightning.batch_renorm import training_pass
 from td3_lightning.distributed import without_reducer_sync
 from td3_lightning.distributional import watch_range
 from td3_lightning.errors import NonFiniteError
@@ -48,6 +49,33 @@ class UpdateResult(NamedTuple):
     priority: Tensor | None
 
 
+def smoothed_next_action(actor: torch.nn.Module, batch: dict[str, Tensor], noise: Tensor, hp: Any) -> Tensor:
+    """``clip(pi(s') + clip(eps, -c, c), low, high)``: TD3's target policy smoothing, ``noise`` standard-normal."""
+    scale, bias = actor.action_scale, actor.action_bias
+    eps = (noise * hp.policy_noise).clamp(-hp.noise_clip, hp.noise_clip) * scale
+    return torch.clamp(actor(batch["next_obs"]) + eps, bias - scale, bias + scale)
+
+
+def bootstrap(module: TD3, batch: dict[str, Tensor], next_q: Tensor) -> Tensor:
+    """``r + gamma * (1 - terminated) * next_q`` (clipped with value_clipping): a time limit (truncated) still
+    bootstraps; the discount is n-step's where the batch has one."""
+    not_done = 1.0 - batch["terminated"].float()
+    return module.extensions.target_value(batch["reward"], batch.get("discount", module.hparams.gamma) * not_done,
+                                          next_q)
+
+
+def joint_pass(module: TD3, batch: dict[str, Tensor], noise: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Without target networks (CrossQ): the critics read ``(s, a)`` and ``(s', a')``, ``a'`` the actor's smoothed
+    action, as one batch (so batch renormalisation sees both); -> the last layer's output for ``(s, a)`` and
+    ``y = r + gamma * (1 - terminated) * min_i Q_i(s', a')``, no gradient through ``y``."""
+    noise = module.random_stream.standard_normal(batch["action"]) if noise is None else noise
+    with torch.no_grad():
+        next_action = smoothed_next_action(module.actor, batch, noise, module.hparams)
+    obs = torch.cat([critic_view(batch), critic_view(batch, next_obs=True)])
+    out, next_out = module.critic(obs, torch.cat([batch["action"], next_action]), raw=True).chunk(2, dim=1)
+    return out, bootstrap(module, batch, module.critic.values(next_out.detach()).min(0).values)
+
+
 class TD3(L.LightningModule):
     """Twin Delayed DDPG: one ``training_step`` is one critic update per replay batch; every
     ``policy_freq`` of them the actor steps and the targets follow (see ``docs/options.md``).
@@ -60,6 +88,7 @@ class TD3(L.LightningModule):
         hidden_dims: hidden layer sizes of the actor, and of every critic unless critic_hidden_dims.
         critic_hidden_dims: hidden layer sizes of every critic, e.g. [1024, 1024] for wide critics (null = hidden_dims).
         layer_norm: a LayerNorm on every hidden layer of the actor and the critics.
+        batch_renorm: batch renormalisation of the input and every hidden layer of the actor and the critics (CrossQ).
         normalize_obs: standardise vector observations by running statistics, kept in the actor (and its exports).
         normalize_actions: the critics and SALE's encoder read actions rescaled to [-1, 1], as TD7 does.
         embedding_dim: length of SALE state and state-action embeddings fed to actor and critics (>= 0; 0 = off).
@@ -69,6 +98,7 @@ class TD3(L.LightningModule):
         critic_range: the interval [low, high] the bins cover, holding every Q of the run (needed with critic_bins).
         gamma: discount factor, in [0, 1].
         tau: Polyak rate of the target networks, in (0, 1] (1 = hard copy).
+        target_networks: false: no targets; the critics read s and s' in one batch, pi(s') from the actor (CrossQ).
         target_update_every: hard copies into the targets every N training steps, not Polyak (>= 0; 0 = Polyak).
         value_clipping: clamp the target's next value to the range of targets before the last hard update (TD7).
         actor_q: the actor ascends the first critic's Q (first, TD3) or the mean of all (mean, TD7).
@@ -102,10 +132,10 @@ class TD3(L.LightningModule):
         critic_obs_shape: list[int] | None = None,
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
         critic_hidden_dims: list[int] | None = None,
-        layer_norm: bool = False, normalize_obs: bool = False, normalize_actions: bool = False,
-        embedding_dim: int = 0, embedding_lr: float = 3e-4,
+        layer_norm: bool = False, batch_renorm: bool = False, normalize_obs: bool = False,
+        normalize_actions: bool = False, embedding_dim: int = 0, embedding_lr: float = 3e-4,
         num_critics: int = 2, critic_bins: int = 0, critic_range: list[float] | None = None,
-        gamma: float = 0.99, tau: float = 0.005,
+        gamma: float = 0.99, tau: float = 0.005, target_networks: bool = True,
         target_update_every: int = 0, value_clipping: bool = False, actor_q: Literal["first", "mean"] = "first",
         policy_checkpoints: bool = False, checkpoint_episodes: int = 20, checkpoint_after: int = 750000,
         policy_noise: float = 0.2, noise_clip: float = 0.5, policy_freq: int = 2,
@@ -126,7 +156,7 @@ class TD3(L.LightningModule):
         networks = build_networks(self.hparams)
         self.actor, self.critic = networks.actor, networks.critic
         self.extensions = build_extensions(self.hparams, networks)  # what is beyond the paper, by seam
-        self.actor_target, self.critic_target = networks.targets()  # frozen copies
+        self.actor_target, self.critic_target = networks.targets() if target_networks else (None, None)
         self.policy_checkpoint = policy_checkpoint(self.actor, self.hparams)  # TD7's (None when off)
         self.schedules = Schedules(exploration_noise, exploration_noise_final, lr_final_factor, schedule_steps)
         self.num_critic_updates = self.num_actor_updates = 0
@@ -140,20 +170,18 @@ class TD3(L.LightningModule):
     def td_target(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> Tensor:
         """``y = r + gamma * (1 - terminated) * min_i Q'_i(s', clip(pi'(s') + clip(eps, -c, c), low, high))``;
         ``noise``: standard-normal draws shaped like the actions (drawn here if None)."""
-        hp, scale, bias = self.hparams, self.actor.action_scale, self.actor.action_bias
         noise = self.random_stream.standard_normal(batch["action"]) if noise is None else noise
-        eps = (noise * hp.policy_noise).clamp(-hp.noise_clip, hp.noise_clip) * scale  # target policy smoothing
-        next_action = torch.clamp(self.actor_target(batch["next_obs"]) + eps, bias - scale, bias + scale)
+        next_action = smoothed_next_action(self.actor_target, batch, noise, self.hparams)  # target policy smoothing
         next_q = self.critic_target(critic_view(batch, next_obs=True), next_action).min(0).values  # clipped double Q
-        not_done = 1.0 - batch["terminated"].float()  # a time limit (truncated) still bootstraps; discount: n-step's
-        return self.extensions.target_value(batch["reward"], batch.get("discount", hp.gamma) * not_done, next_q)
+        return bootstrap(self, batch, next_q)
 
     def critic_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None, terms: dict[str, Tensor] | None = None
                     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on a batch with ``index``; HL-Gauss's with critic_bins, the share of
         ``y`` outside the range into ``terms``), the Q values ``(critics, batch)`` and LAP's ``max_i |Q_i - y|``."""
-        out = self.critic(critic_view(batch), batch["action"], raw=True)  # the last layer: Q, or the bins' logits
-        q, y = self.critic.values(out), self.td_target(batch, noise)
+        out, y = (joint_pass(self, batch, noise) if self.critic_target is None  # CrossQ: no target networks
+                  else (self.critic(critic_view(batch), batch["action"], raw=True), self.td_target(batch, noise)))
+        q = self.critic.values(out)
         td = q - y
         priority = td.detach().abs().max(dim=0).values if "index" in batch else None  # for LAP's sampler
         if self.critic.head is not None:  # distributional critics: each learns y's histogram (critic_bins)
@@ -214,7 +242,8 @@ class TD3(L.LightningModule):
             self.schedules.set_learning_rates(self.stepper.optimizers, [self.hparams.critic_lr, self.hparams.actor_lr],
                                               step, run_length(self))
             update_actor = (self.num_critic_updates + 1) % self.hparams.policy_freq == 0
-            result = update(one, self.random_stream.standard_normal(one["action"]), update_actor)
+            with training_pass():  # batch renormalisation reads the batch (model.batch_renorm)
+                result = update(one, self.random_stream.standard_normal(one["action"]), update_actor)
             self.stepper.after_update(result.critic_loss, result.actor_loss,
                                       [result.terms[a.name] for a in self.extensions.auxiliary_losses.values()])
             self.num_critic_updates += 1
@@ -298,7 +327,7 @@ class TD3(L.LightningModule):
 
     def train(self, mode: bool = True) -> TD3:
         super().train(mode)
-        self.actor_target.eval(), self.critic_target.eval()  # targets are never in train mode
+        [target.eval() for target in (self.actor_target, self.critic_target) if target is not None]  # never trained
         return self
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:  # never one with non-finite weights

@@ -18,19 +18,23 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from td3_lightning.batch_renorm import BatchRenorm
 from td3_lightning.distributional import ValueHistogram
 from td3_lightning.embeddings import FixedEncoder, SALEEncoder, SALEStateActionInput, SALEStateInput
 from td3_lightning.normalization import ObservationNormalizer
 
 
-def mlp(sizes: Sequence[int], activation: type[nn.Module] = nn.ReLU, layer_norm: bool = False) -> nn.Sequential:
+def mlp(sizes: Sequence[int], activation: type[nn.Module] = nn.ReLU, layer_norm: bool = False,
+        batch_renorm: bool = False) -> nn.Sequential:
     """Linear layers of the given sizes with ``activation`` between them (none after the last), each
-    hidden layer's output normalised by a LayerNorm first with ``layer_norm``."""
-    layers: list[nn.Module] = []
+    hidden layer's output normalised by a LayerNorm first with ``layer_norm``; with ``batch_renorm`` a
+    :class:`~td3_lightning.batch_renorm.BatchRenorm` on the input and after each activation (CrossQ's places)."""
+    layers: list[nn.Module] = [BatchRenorm(sizes[0])] if batch_renorm else []
     for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         layers.append(nn.Linear(n_in, n_out))
         if i < len(sizes) - 2:
             layers.extend([nn.LayerNorm(n_out), activation()] if layer_norm else [activation()])
+            layers.extend([BatchRenorm(n_out)] if batch_renorm else [])
     return nn.Sequential(*layers)
 
 
@@ -104,6 +108,7 @@ class Actor(nn.Module):
             the critics, which train it).
         layer_norm: a LayerNorm on every hidden layer (before its activation).
         normalizer: applied to observations first (:class:`~td3_lightning.normalization.ObservationNormalizer`).
+        batch_renorm: batch renormalisation of the MLP's input and of every hidden layer (after its activation).
     """
 
     action_scale: Tensor
@@ -119,6 +124,7 @@ class Actor(nn.Module):
         detach_encoder: bool = False,
         layer_norm: bool = False,
         normalizer: nn.Module | None = None,
+        batch_renorm: bool = False,
     ) -> None:
         super().__init__()
         scale, bias = half_range(action_low, action_high)
@@ -126,7 +132,7 @@ class Actor(nn.Module):
         self.encoder = encoder
         self.detach_encoder = detach_encoder
         in_dim = encoder.out_dim if encoder is not None else obs_dim
-        self.net = mlp([in_dim, *hidden_dims, scale.numel()], layer_norm=layer_norm)
+        self.net = mlp([in_dim, *hidden_dims, scale.numel()], layer_norm=layer_norm, batch_renorm=batch_renorm)
         self.register_buffer("action_scale", scale)
         self.register_buffer("action_bias", bias)
 
@@ -196,13 +202,15 @@ class CriticEnsemble(nn.Module):
         normalizer: applied to observations first (shared with the actor).
         head: a distributional critic's bins: each critic outputs their logits, its Q their expectation.
         action_rescale: applied to actions first (:class:`ActionRescale`, ``normalize_actions``).
+        batch_renorm: batch renormalisation (statistics per critic) of each critic's input and of every hidden
+            layer (after its activation).
     """
 
     def __init__(
         self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int] = (256, 256), num_critics: int = 2,
         encoder: nn.Module | None = None, input_layer: nn.Module | None = None, activation: str = "relu",
         layer_norm: bool = False, normalizer: nn.Module | None = None, head: ValueHistogram | None = None,
-        action_rescale: ActionRescale | None = None,
+        action_rescale: ActionRescale | None = None, batch_renorm: bool = False,
     ) -> None:
         super().__init__()
         self.num_critics = num_critics
@@ -227,6 +235,8 @@ class CriticEnsemble(nn.Module):
                                            if layer_norm else [])
         self.norm_offsets = nn.ParameterList([nn.Parameter(torch.zeros(num_critics, 1, h)) for h in hidden_dims]
                                              if layer_norm else [])
+        # batch renormalisation of the input and of each hidden layer, statistics per critic
+        self.renorms = nn.ModuleList([BatchRenorm(n, (num_critics,)) for n in sizes[:-1]] if batch_renorm else [])
 
     def _hidden(self, x: Tensor, i: int, member: int | None = None, detach: bool = False) -> Tensor:
         """Layer ``i``'s output ``x`` -> the next layer's input: (LayerNorm and) the activation."""
@@ -237,7 +247,8 @@ class CriticEnsemble(nn.Module):
             if detach:
                 gain, offset = gain.detach(), offset.detach()
             x = F.layer_norm(x, x.shape[-1:]) * gain + offset
-        return self.activation(x)
+        x = self.activation(x)
+        return self.renorms[i + 1](x, member, frozen=detach) if self.renorms else x
 
     def _inputs(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         """The observation and the action as the first layer reads them: normalised, rescaled."""
@@ -260,6 +271,8 @@ class CriticEnsemble(nn.Module):
         else:
             x = torch.cat([encode(self.encoder, obs, detach=detach_params), action], dim=-1)
             x = x.expand(self.num_critics, -1, -1)
+        if self.renorms:
+            x = self.renorms[0](x, frozen=detach_params)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             if detach_params:
@@ -281,6 +294,8 @@ class CriticEnsemble(nn.Module):
             x = self.input_layer(obs, action, member=0, detach_params=detach_params)
         else:
             x = torch.cat([encode(self.encoder, obs, detach=detach_params), action], dim=-1)
+        if self.renorms:
+            x = self.renorms[0](x, member=0, frozen=detach_params)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             w0, b0 = w[0], b[0]
@@ -355,11 +370,12 @@ def build_networks(hp: Mapping[str, Any]) -> Networks:
         actor_encoder = critic_encoder
     else:
         actor_encoder = PixelEncoder(obs_shape, features) if cnn else None
+    renorm = bool(hp.get("batch_renorm"))
     actor = Actor(obs_dim, action_low, action_high, hidden_dims, actor_encoder, detach_encoder=share,
-                  layer_norm=layer_norm, normalizer=norm)
+                  layer_norm=layer_norm, normalizer=norm, batch_renorm=renorm)
     critic_dim = int(hp["critic_obs_shape"][0]) if privileged else obs_dim
     critic = CriticEnsemble(critic_dim, action_dim, critic_dims, num_critics, critic_encoder, layer_norm=layer_norm,
-                            normalizer=norm, head=head, action_rescale=rescale)
+                            normalizer=norm, head=head, action_rescale=rescale, batch_renorm=renorm)
     return Networks(actor, critic, normalizer=norm)
 
 

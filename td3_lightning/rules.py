@@ -68,6 +68,17 @@ MODEL_RULES: dict[str, Rule] = {
         lambda o: not o["embedding_dim"] or o["target_update_every"] > 0,
         lambda o: "model.embedding_dim refreshes the fixed encoder at each hard target update: set "
                   "model.target_update_every (TD7: 250)"),
+    "hard target updates copy into target networks": Rule(
+        lambda o: o.get("target_networks", True) or not o["target_update_every"],
+        lambda o: "model.target_update_every copies the networks into their targets, and model.target_networks "
+                  "false has none: set model.target_update_every 0 (with SALE and value clipping, keep the targets)"),
+    "batch renormalisation or LayerNorm": Rule(
+        lambda o: not (o.get("batch_renorm") and o["layer_norm"]),
+        lambda o: "model.batch_renorm and model.layer_norm both normalise the hidden layers: choose one"),
+    "batch renormalisation is of the plain networks": Rule(
+        lambda o: not (o.get("batch_renorm") and o["embedding_dim"]),
+        lambda o: "model.batch_renorm normalises the plain networks, and SALE's (model.embedding_dim) normalise "
+                  "their embeddings by AvgL1Norm: set one of them off"),
     "value clipping takes its bounds at hard target updates": Rule(
         lambda o: not o.get("value_clipping") or o["target_update_every"] > 0,
         lambda o: "model.value_clipping takes new bounds at each hard target update: set model.target_update_every "
@@ -117,7 +128,8 @@ IDLE: dict[str, Idle] = {
     "checkpoint_after": Idle("model", lambda m, d: "model.policy_checkpoints false"
                              if not m["policy_checkpoints"] else None),
     "critic_range": Idle("model", lambda m, d: "model.critic_bins 0" if not m.get("critic_bins") else None),
-    "tau": Idle("model", lambda m, d: "model.target_update_every (hard copies)" if m["target_update_every"] else None),
+    "tau": Idle("model", lambda m, d: "model.target_update_every (hard copies)" if m["target_update_every"] else (
+        "model.target_networks false" if not m.get("target_networks", True) else None)),
     "encoder_features": Idle("model", lambda m, d: "no CNN encoder" if not _cnn(m) else None),
     "shared_encoder": Idle("model", lambda m, d: "no CNN encoder" if not _cnn(m) else None),
     "schedule_steps": Idle("model", lambda m, d: "no schedule (model.exploration_noise_final null, "

@@ -30,6 +30,17 @@ BROKEN = {
     "the fixed encoder refreshes at hard target updates": (
         {"embedding_dim": 256}, "model.embedding_dim refreshes the fixed encoder at each hard target update: set "
                                 "model.target_update_every (TD7: 250)"),
+    "hard target updates copy into target networks": (
+        {"target_networks": False, "target_update_every": 250},
+        "model.target_update_every copies the networks into their targets, and model.target_networks false has "
+        "none: set model.target_update_every 0 (with SALE and value clipping, keep the targets)"),
+    "batch renormalisation or LayerNorm": (
+        {"batch_renorm": True, "layer_norm": True},
+        "model.batch_renorm and model.layer_norm both normalise the hidden layers: choose one"),
+    "batch renormalisation is of the plain networks": (
+        {"batch_renorm": True, "embedding_dim": 256, "target_update_every": 250},
+        "model.batch_renorm normalises the plain networks, and SALE's (model.embedding_dim) normalise their "
+        "embeddings by AvgL1Norm: set one of them off"),
     "value clipping takes its bounds at hard target updates": (
         {"value_clipping": True}, "model.value_clipping takes new bounds at each hard target update: set "
                                   "model.target_update_every (TD7: 250)"),

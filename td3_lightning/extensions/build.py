@@ -74,7 +74,7 @@ def build_extensions(hp: Mapping[str, Any], networks: Networks) -> Extensions:
         auxiliary["embedding"] = SALETraining(networks.embedding, hp["embedding_lr"], networks.normalizer,
                                                   networks.critic.action_rescale)
     target_value = ClippedTargetValue() if hp.get("value_clipping") else TargetValue()
-    target_sync: TargetSync = PolyakAveraging(hp["tau"])
+    target_sync: TargetSync = PolyakAveraging(hp["tau"]) if hp.get("target_networks", True) else TargetSync()
     if hp["target_update_every"]:
         target_sync = HardTargetCopies(hp["target_update_every"], networks.fixed_embedding, networks.embedding,
                                        target_value)
