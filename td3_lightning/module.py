@@ -111,6 +111,7 @@ class TD3(L.LightningModule):
         exploration_noise: std of the exploration noise, relative to half the action range (>= 0).
         actor_lr: Adam learning rate of the actor (> 0).
         critic_lr: Adam learning rate of the critics (> 0).
+        adam_beta1: decay of Adam's first moment for the actor and the critics, in [0, 1) (CrossQ: 0.5).
         exploration_noise_final: exploration noise at the end of schedule_steps (>= 0; null = constant).
         lr_final_factor: both learning rates decay linearly to lr * lr_final_factor over schedule_steps (> 0).
         schedule_steps: length of both schedules in training steps (>= 1; null = trainer.max_steps).
@@ -139,7 +140,7 @@ class TD3(L.LightningModule):
         target_update_every: int = 0, value_clipping: bool = False, actor_q: Literal["first", "mean"] = "first",
         policy_checkpoints: bool = False, checkpoint_episodes: int = 20, checkpoint_after: int = 750000,
         policy_noise: float = 0.2, noise_clip: float = 0.5, policy_freq: int = 2,
-        exploration_noise: float = 0.1, actor_lr: float = 3e-4, critic_lr: float = 3e-4,
+        exploration_noise: float = 0.1, actor_lr: float = 3e-4, critic_lr: float = 3e-4, adam_beta1: float = 0.9,
         exploration_noise_final: float | None = None, lr_final_factor: float = 1.0, schedule_steps: int | None = None,
         preactivation_penalty: float = 0.0,
         reset_steps: list[int] = [],  # noqa: B006 - list default shows in --help
@@ -321,8 +322,9 @@ class TD3(L.LightningModule):
         # the critic's first: its steps are the ones global_step counts; fused Adam on CPU and CUDA
         impl = {"fused": True} if self.device.type in ("cpu", "cuda") else {"foreach": True}
         critic_params, actor_params = trained_parameters(self.critic, self.actor, self.extensions.actor_terms)
-        return [torch.optim.Adam(critic_params, lr=self.hparams.critic_lr, **impl),
-                torch.optim.Adam(actor_params, lr=self.hparams.actor_lr, **impl),
+        betas = (self.hparams.adam_beta1, 0.999)
+        return [torch.optim.Adam(critic_params, lr=self.hparams.critic_lr, betas=betas, **impl),
+                torch.optim.Adam(actor_params, lr=self.hparams.actor_lr, betas=betas, **impl),
                 *(torch.optim.Adam(a.parameters(), lr=a.lr, **impl) for a in self.extensions.auxiliary_losses.values())]
 
     def train(self, mode: bool = True) -> TD3:

@@ -185,3 +185,12 @@ def test_an_exported_actor_normalises_by_its_running_statistics(tmp_path):
     expected = loaded(obs)  # called directly, in training mode and with gradients: still the running statistics
     torch.testing.assert_close(scripted(obs), expected)
     torch.testing.assert_close(scripted(obs[:1]), expected[:1])  # one observation as in a batch
+
+
+def test_adam_beta1_sets_the_actors_and_the_critics_adam():
+    m = TD3([3], [-1.0], [1.0], hidden_dims=[8], adam_beta1=0.5, embedding_dim=8, target_update_every=5)
+    critic, actor, encoder = m.configure_optimizers()
+    assert critic.param_groups[0]["betas"] == actor.param_groups[0]["betas"] == (0.5, 0.999)
+    assert encoder.param_groups[0]["betas"] == (0.9, 0.999)  # SALE's encoder keeps Adam's default
+    default = TD3([3], [-1.0], [1.0], hidden_dims=[8]).configure_optimizers()
+    assert [o.param_groups[0]["betas"] for o in default] == [(0.9, 0.999)] * 2
