@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from td3_lightning.errors import UserInputError
 
 #: training passes of plain batch normalisation before the corrections r and d start (CrossQ's)
 WARMUP_STEPS = 100_000
@@ -87,3 +90,18 @@ class BatchRenorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"features={self.scale.shape[-1]}, members={tuple(self.scale.shape[:-2])}"
+
+
+def running_statistics(*nets: nn.Module) -> list[Tensor]:
+    """The running means and variances of every :class:`BatchRenorm` layer in ``nets``, in a fixed order (what the
+    target networks take from their networks, as they take the weights)."""
+    return [t for net in nets for m in net.modules() if isinstance(m, BatchRenorm) for t in (m.mean, m.var)]
+
+
+def check_processes(model: Any, devices: int, resumed: bool = False) -> None:
+    """One :class:`UserInputError` line for ``model.batch_renorm`` under several processes: each would keep
+    statistics of its own batches, and the ranks' networks would drift apart."""
+    if model.get("batch_renorm") and devices > 1:
+        other = ", as its checkpoint was trained" if resumed else ", or model.batch_renorm false"
+        raise UserInputError(f"model.batch_renorm keeps the statistics of one process's batches ({devices} devices "
+                             f"or nodes): set trainer.devices 1{other}")

@@ -20,6 +20,7 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.utilities import rank_zero_warn
 
 from td3_lightning.declarations import signature_defaults
+from td3_lightning.batch_renorm import check_processes as check_batch_renorm_processes
 from td3_lightning.distributed import check_same_processes
 from td3_lightning.envs import env_overrides, make_env, trained_on, training_aid_names
 from td3_lightning.errors import UserInputError
@@ -52,6 +53,7 @@ def validate_run(trainer: L.Trainer, model: L.LightningModule, data: Any, stage:
     if fit:
         check_policy_checkpoint_options(model.hparams, {"num_envs": data.num_envs}, trainer.world_size,
                                         resumed=checkpoint is not None)
+        check_batch_renorm_processes(model.hparams, trainer.world_size, resumed=checkpoint is not None)
         _replay_resources(trainer, data)
         if model.hparams.get("teacher"):  # read when fitting starts
             check_teacher(model.hparams.teacher, model.hparams)

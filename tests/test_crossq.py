@@ -194,3 +194,33 @@ def test_adam_beta1_sets_the_actors_and_the_critics_adam():
     assert encoder.param_groups[0]["betas"] == (0.9, 0.999)  # SALE's encoder keeps Adam's default
     default = TD3([3], [-1.0], [1.0], hidden_dims=[8]).configure_optimizers()
     assert [o.param_groups[0]["betas"] for o in default] == [(0.9, 0.999)] * 2
+
+
+def test_target_networks_follow_the_running_statistics_as_they_follow_the_weights():
+    m = _module(tau=0.25)
+    online, target = m.critic.renorms[1], m.critic_target.renorms[1]
+    with torch.no_grad():
+        online.mean.fill_(2.0)
+        online.var.fill_(5.0)
+        m.actor.net[0].mean.fill_(-4.0)
+    m.update_targets()  # Polyak: theta' <- 0.75 theta' + 0.25 theta, the statistics too
+    torch.testing.assert_close(target.mean, torch.full_like(target.mean, 0.5))
+    torch.testing.assert_close(target.var, torch.full_like(target.var, 2.0))
+    torch.testing.assert_close(m.actor_target.net[0].mean, torch.full((3,), -1.0))
+    hard = _module(target_update_every=5)
+    with torch.no_grad():
+        hard.critic.renorms[0].var.fill_(7.0)
+    hard.extensions.target_sync.before_step(hard, 5)  # a hard copy: the statistics too
+    assert torch.equal(hard.critic_target.renorms[0].var, hard.critic.renorms[0].var)
+
+
+def test_batch_renorm_under_several_processes_is_one_line():
+    from td3_lightning.batch_renorm import check_processes
+    from td3_lightning.errors import UserInputError
+
+    check_processes({"batch_renorm": True}, 1)
+    check_processes({"batch_renorm": False}, 4)
+    with pytest.raises(UserInputError) as info:
+        check_processes({"batch_renorm": True}, 2)
+    assert str(info.value) == ("model.batch_renorm keeps the statistics of one process's batches (2 devices or "
+                               "nodes): set trainer.devices 1, or model.batch_renorm false")

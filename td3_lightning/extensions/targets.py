@@ -1,6 +1,7 @@
 """How the target networks follow their networks: one strategy per run.
 
-- :class:`PolyakAveraging` (TD3): after every actor update, ``theta' <- (1 - tau) theta' + tau theta``.
+- :class:`PolyakAveraging` (TD3): after every actor update, ``theta' <- (1 - tau) theta' + tau theta`` (and so the
+  running statistics of batch renormalisation).
 - :class:`HardTargetCopies` (TD7, ``model.target_update_every``): every N training steps the targets become copies
   of their networks, and what reads the targets' era refreshes with them: SALE's fixed encoder takes the trained
   encoder's weights, value clipping takes the bounds of the targets seen.
@@ -13,6 +14,7 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
+from td3_lightning.batch_renorm import running_statistics
 from td3_lightning.embeddings import FixedEncoder, SALEEncoder
 from td3_lightning.extensions.base import StepHook
 
@@ -37,6 +39,8 @@ class PolyakAveraging(TargetSync):
     def after_actor_update(self, module: Any) -> None:
         online = [*module.actor.parameters(), *module.critic.parameters()]
         target = [*module.actor_target.parameters(), *module.critic_target.parameters()]
+        online += running_statistics(module.actor, module.critic)  # batch renormalisation's, averaged alike
+        target += running_statistics(module.actor_target, module.critic_target)
         torch._foreach_lerp_(target, online, self.tau)
 
 
@@ -60,7 +64,8 @@ class HardTargetCopies(TargetSync):
             return
         with torch.no_grad():
             for target, online in ((module.actor_target, module.actor), (module.critic_target, module.critic)):
-                for t, o in zip(target.parameters(), online.parameters()):
+                for t, o in zip([*target.parameters(), *running_statistics(target)],
+                                [*online.parameters(), *running_statistics(online)]):
                     t.copy_(o)
         if self.fixed is not None and self.encoder is not None:
             self.fixed.refresh(self.encoder)
