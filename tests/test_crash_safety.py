@@ -278,8 +278,8 @@ def test_nan_loss_never_reaches_a_checkpoint(every_step, log_every, found, tmp_p
     monkeypatch.setattr(stepping, "checks_each_loss", lambda device: every_step)
     real_loss = TD3.critic_loss
 
-    def poisoned(self, batch, noise=None):
-        loss, q, priority = real_loss(self, batch, noise)
+    def poisoned(self, batch, noise=None, terms=None):
+        loss, q, priority = real_loss(self, batch, noise, terms)
         return (loss * float("nan") if self.global_step + 1 == 35 else loss), q, priority
 
     monkeypatch.setattr(TD3, "critic_loss", poisoned)
