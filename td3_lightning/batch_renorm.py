@@ -74,9 +74,9 @@ class BatchRenorm(nn.Module):
             scale, offset = scale.detach(), offset.detach()
         x = x.float()
         if frozen or not (_IN_TRAINING_PASS[0] and self.training and torch.is_grad_enabled()):
-            return (x - mean) / torch.sqrt(var + EPS) * scale + offset
-        batch_mean = x.mean(dim=-2, keepdim=True)
-        batch_var = x.var(dim=-2, unbiased=False, keepdim=True)
+            a = scale / torch.sqrt(var + EPS)
+            return torch.addcmul(offset - mean * a, x, a)  # (x - mean) / std * scale + offset, one pass over x
+        batch_mean, batch_var = _moments(x)
         batch_std = torch.sqrt(batch_var + EPS)
         with torch.no_grad():
             std = torch.sqrt(var + EPS)
@@ -86,10 +86,22 @@ class BatchRenorm(nn.Module):
             mean.lerp_(batch_mean.reshape(mean.shape), MOMENTUM)  # views of the buffers: updated in place
             var.lerp_(batch_var.reshape(var.shape), MOMENTUM)
             self.steps.add_(1)
-        return ((x - batch_mean) / batch_std * r + d) * scale + offset
+        # ((x - mean_B) / std_B * r + d) * scale + offset as x * a + c: one pass over x, the gradient the same
+        a = r * scale / batch_std
+        return torch.addcmul((d - batch_mean * r / batch_std) * scale + offset, x, a)
 
     def extra_repr(self) -> str:
         return f"features={self.scale.shape[-1]}, members={tuple(self.scale.shape[:-2])}"
+
+
+def _moments(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The mean and the (biased) variance over dim ``-2``, from sums about the first row (so no cancellation where the
+    mean is far from 0): a few times faster on a CPU than ``Tensor.var`` over a middle dimension."""
+    shift = x[..., :1, :].detach()
+    centred, n = x - shift, x.shape[-2]
+    mean = centred.sum(dim=-2, keepdim=True) / n
+    var = ((centred * centred).sum(dim=-2, keepdim=True) / n - mean * mean).clamp_min(0.0)
+    return mean + shift, var
 
 
 def running_statistics(*nets: nn.Module) -> list[Tensor]:
