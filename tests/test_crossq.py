@@ -224,3 +224,22 @@ def test_batch_renorm_under_several_processes_is_one_line():
         check_processes({"batch_renorm": True}, 2)
     assert str(info.value) == ("model.batch_renorm keeps the statistics of one process's batches (2 devices or "
                                "nodes): set trainer.devices 1, or model.batch_renorm false")
+
+
+@pytest.mark.parametrize("device, capture", [("cpu", False), pytest.param(
+    "cuda", True, marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="captures CUDA graphs"))])
+def test_the_static_buffer_update_steps_like_td3_update_with_crossq(device, capture):
+    """The captured update (its code path eager on the CPU; CUDA graphs on a GPU) over 20 steps with both options:
+    the same losses, weights and running statistics (exactly on the CPU); the warm-up updates before the first step
+    are undone, statistics included."""
+    from test_captured_update import _run_both
+
+    with training_pass():
+        (eager, _), (static, _), _, losses, _ = _run_both(20, device, capture, reload_at=12, batch_renorm=True,
+                                                          target_networks=False)
+    same = torch.equal if device == "cpu" else (lambda x, y: torch.allclose(x, y, rtol=1e-4, atol=1e-5))
+    for step, (a, b) in enumerate(losses):
+        assert all(same(x, y) for x, y in zip(a, b)), step
+    sa, sb = eager.state_dict(), static.state_dict()
+    assert all(same(sa[k], sb[k]) for k in sa), [k for k in sa if not same(sa[k], sb[k])]
+    assert sb["critic.renorms.1.steps"].item() == 20 and sb["actor.net.0.steps"].item() == 10
