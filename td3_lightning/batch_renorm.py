@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from td3_lightning.errors import UserInputError
+from td3_lightning.distributed import one_process_only
 
 #: training passes of plain batch normalisation before the corrections r and d start (CrossQ's)
 WARMUP_STEPS = 100_000
@@ -113,7 +113,5 @@ def running_statistics(*nets: nn.Module) -> list[Tensor]:
 def check_processes(model: Any, devices: int, resumed: bool = False) -> None:
     """One :class:`UserInputError` line for ``model.batch_renorm`` under several processes: each would keep
     statistics of its own batches, and the ranks' networks would drift apart."""
-    if model.get("batch_renorm") and devices > 1:
-        other = ", as its checkpoint was trained" if resumed else ", or model.batch_renorm false"
-        raise UserInputError(f"model.batch_renorm keeps the statistics of one process's batches ({devices} devices "
-                             f"or nodes): set trainer.devices 1{other}")
+    if model.get("batch_renorm"):
+        one_process_only("batch_renorm", "keeps the statistics of one process's batches", devices, resumed)

@@ -45,6 +45,14 @@ def check_same_processes(saved: int, world: int, what: str = "replay buffer") ->
         )
 
 
+def one_process_only(option: str, needs: str, devices: int, resumed: bool = False) -> None:
+    """One :class:`UserInputError` line for ``model.<option>``, which ``needs`` one process, on ``devices`` processes
+    (more than one); a ``resumed`` run keeps the option, so only the other fix is told."""
+    if devices > 1:
+        other = ", as its checkpoint was trained" if resumed else f", or model.{option} false"
+        raise UserInputError(f"model.{option} {needs} ({devices} devices or nodes): set trainer.devices 1{other}")
+
+
 def unpack_rank_state(trainer: L.Trainer | None, state: dict[str, Any], what: str) -> dict[str, Any]:
     """This rank's part of a state written by :func:`pack_rank_states`."""
     world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)

@@ -44,6 +44,16 @@ def quiet_trainer(**kwargs) -> L.Trainer:
     return L.Trainer(**defaults)
 
 
+def small_batch(n: int = 6) -> dict[str, Any]:
+    """A replay batch of ``n`` transitions with 3 observation features and one action in [-1, 1] (fixed draws)."""
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    return {"obs": torch.randn(n, 3, generator=g), "action": torch.rand(n, 1, generator=g) * 2 - 1,
+            "reward": torch.randn(n, generator=g), "next_obs": torch.randn(n, 3, generator=g),
+            "terminated": torch.rand(n, generator=g) < 0.3}
+
+
 def fit_checkpointed(model: L.LightningModule, dm: L.LightningDataModule, max_steps: int, folder: Path,
                      every: int | None = None, ckpt_path: Path | None = None, precision: str = "32-true") -> None:
     """Fit ``model`` on ``dm`` for ``max_steps`` (resuming from ``ckpt_path``) at ``precision``; with ``every``, keep a

@@ -9,7 +9,7 @@ import copy
 import lightning as L
 import pytest
 import torch
-from conftest import fit_checkpointed, quiet_trainer, straight_and_resumed
+from conftest import fit_checkpointed, quiet_trainer, small_batch, straight_and_resumed
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
 from td3_lightning.batch_renorm import D_MAX, EPS, MOMENTUM, R_MAX, WARMUP_STEPS, BatchRenorm, training_pass
@@ -93,28 +93,21 @@ def _module(**kw) -> TD3:
     return TD3([3], [-1.0], [1.0], hidden_dims=[16, 16], batch_renorm=True, **kw)
 
 
-def _batch(n: int = 6) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(3)
-    return {"obs": torch.randn(n, 3, generator=g), "action": torch.rand(n, 1, generator=g) * 2 - 1,
-            "reward": torch.randn(n, generator=g), "next_obs": torch.randn(n, 3, generator=g),
-            "terminated": torch.rand(n, generator=g) < 0.3}
-
-
 def test_the_networks_renormalise_their_input_and_every_hidden_layer():
     m = _module()
     renorms = [layer for layer in m.actor.net if isinstance(layer, BatchRenorm)]
     assert [r.scale.shape[-1] for r in renorms] == [3, 16, 16]
     assert [tuple(r.mean.shape) for r in m.critic.renorms] == [(2, 1, 4), (2, 1, 16), (2, 1, 16)]
-    b = _batch()
+    b = small_batch()
     with torch.no_grad():  # the first critic alone reads its own statistics, as the ensemble does
         torch.testing.assert_close(m.critic.q1(b["obs"], b["action"]), m.critic(b["obs"], b["action"])[0])
 
 
-def test_without_target_networks_the_critics_read_s_and_s_prime_in_one_batch():
+def test_without_target_networks_the_critics_read_s_and_s_prime_in_onesmall_batch():
     m = _module(target_networks=False)
     assert m.actor_target is None and m.critic_target is None
     assert not any("target" in k for k in m.state_dict())
-    b, noise = _batch(), torch.randn(6, 1, generator=torch.Generator().manual_seed(4))
+    b, noise = small_batch(), torch.randn(6, 1, generator=torch.Generator().manual_seed(4))
     ref = copy.deepcopy(m)
     with training_pass():
         loss, q, _ = m.critic_loss(b, noise)
@@ -163,7 +156,7 @@ def test_a_crossq_run_resumes_exactly(tmp_path):
 @pytest.mark.parametrize("options", [{"batch_renorm": True}, {"target_networks": False}])
 def test_each_half_of_the_recipe_runs_alone(options):
     m = TD3([3], [-1.0], [1.0], hidden_dims=[8], **options)
-    loss, q, _ = m.critic_loss(_batch(), torch.zeros(6, 1))
+    loss, q, _ = m.critic_loss(small_batch(), torch.zeros(6, 1))
     assert q.shape == (2, 6) and torch.isfinite(loss)
 
 

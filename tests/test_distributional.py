@@ -8,7 +8,7 @@ import math
 import lightning as L
 import pytest
 import torch
-from conftest import fit_checkpointed, quiet_trainer
+from conftest import fit_checkpointed, quiet_trainer, small_batch
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
 from td3_lightning.distributional import OUTSIDE, SIGMA_PER_BIN, ValueHistogram
@@ -60,16 +60,9 @@ def _module(**kw) -> TD3:
     return TD3([3], [-1.0], [1.0], hidden_dims=[16, 16], critic_bins=11, critic_range=[-5.0, 5.0], **kw)
 
 
-def _batch(n: int = 6) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(3)
-    return {"obs": torch.randn(n, 3, generator=g), "action": torch.rand(n, 1, generator=g) * 2 - 1,
-            "reward": torch.randn(n, generator=g), "next_obs": torch.randn(n, 3, generator=g),
-            "terminated": torch.rand(n, generator=g) < 0.3}
-
-
 def test_each_critics_q_is_the_expectation_of_its_bins_and_its_loss_the_cross_entropy_to_y():
     m = _module()
-    b, noise = _batch(), torch.zeros(6, 1)
+    b, noise = small_batch(), torch.zeros(6, 1)
     logits = m.critic(b["obs"], b["action"], raw=True)
     q = m.critic(b["obs"], b["action"])
     assert logits.shape == (2, 6, 11) and q.shape == (2, 6)

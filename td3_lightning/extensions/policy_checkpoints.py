@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from td3_lightning.distributed import one_process_only
 from td3_lightning.errors import UserInputError
 
 #: the checkpoint's return is multiplied by this once, when assessments grow to ``checkpoint_episodes`` (TD7's)
@@ -102,6 +103,4 @@ def check_policy_checkpoint_options(model: Mapping[str, Any], data: Mapping[str,
     if num_envs != 1:
         raise UserInputError(f"model.policy_checkpoints assesses the episodes of one env (data.num_envs {num_envs}): "
                              f"set data.num_envs 1{other}")
-    if devices > 1:
-        raise UserInputError(f"model.policy_checkpoints assesses the episodes of one process ({devices} devices or "
-                             f"nodes): set trainer.devices 1{other}")
+    one_process_only("policy_checkpoints", "assesses the episodes of one process", devices, resumed)
