@@ -41,6 +41,7 @@ from td3_lightning.checkpointing import (
     LINKED_FROM_DATA,
     RESUME_MAY_CHANGE,
     SELECTION_FILE,
+    DiskFullError,
     ModelCheckpoint,
     best_of_run,
     check_checkpoint,
@@ -60,7 +61,7 @@ from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
 from td3_lightning.run_lock import RunLock, refuse_if_training
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
-from td3_lightning.stops import StopNotice, stop_of
+from td3_lightning.stops import StopNotice, standing_of, stop_of
 from td3_lightning.trainer_options import (
     SEED_RANGE,
     check_seed,
@@ -530,15 +531,25 @@ class TD3CLI(LightningCLIHooks):
 
     def run_subcommand(self, subcommand: str, run: Any) -> None:
         """A fit stopped by Ctrl-C or SIGTERM (Lightning exits 1 or 0) ends with one line saying where it stands and
-        how to go on, and the signal's exit status (130, 143); a SLURM job's SIGTERM is left to Lightning (requeue)."""
+        how to go on, and the signal's exit status (130, 143); a SLURM job's SIGTERM is left to Lightning (requeue).
+        A fit that fills the disk names its checkpoint and the command that goes on after the full disk's line."""
         try:
             run(subcommand)
         except (SystemExit, KeyboardInterrupt):
-            stop = stop_of(self.trainer.callbacks) if getattr(self, "trainer", None) is not None else None
+            stop = stop_of(self._callbacks())
             if stop is None or (stop.signal == "SIGTERM" and SLURMEnvironment.detect()):
                 raise
             print(stop.line(self._argv), file=sys.stderr)
             sys.exit(stop.exit_code)
+        except DiskFullError as err:
+            standing = standing_of(self._callbacks())
+            if standing is None:
+                raise
+            raise DiskFullError(err.what, standing.go_on(self._argv)) from None
+
+    def _callbacks(self) -> list[Any]:
+        """The trainer's callbacks; none before the trainer exists."""
+        return self.trainer.callbacks if getattr(self, "trainer", None) is not None else []
 
 
 #: option group -> the check of its options (their arguments by name), run on the parsed config

@@ -1,8 +1,11 @@
-"""A fit stopped by Ctrl-C (SIGINT) or SIGTERM: one line saying where it stands and the command that goes on.
+"""A fit stopped by Ctrl-C (SIGINT) or SIGTERM, or ended by a full disk: one line saying where it stands and the
+command that goes on.
 
-Lightning ends such a fit with exit status 1 (SIGINT) or 0 (SIGTERM, which a script reads as success).
+Lightning ends a stopped fit with exit status 1 (SIGINT) or 0 (SIGTERM, which a script reads as success).
 :class:`StopNotice` notes the stop while Lightning shuts down; the command line then prints
-:meth:`Stop.line` and exits with the shell's status for the signal (128 + its number: 130, 143).
+:meth:`Stop.line` and exits with the shell's status for the signal (128 + its number: 130, 143). For any other
+exception it notes the run's newest checkpoint (:attr:`StopNotice.standing`), which the command line names after a
+full disk's line.
 """
 
 from __future__ import annotations
@@ -23,14 +26,28 @@ EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 
 
 @dataclass(frozen=True)
-class Stop:
-    """A stopped fit: the signal, the training step reached, and the checkpoint to go on from (None: none yet)."""
+class Standing:
+    """Where an ended fit stands: the checkpoint to go on from (None: none yet) and its training step."""
 
-    signal: str
-    step: int
-    max_steps: int
     last: Path | None
     last_step: int | None
+
+    def go_on(self, argv: list[str]) -> str:
+        """The checkpoint and its step, and the command that goes on (``argv``: the fit's command line, without the
+        program); or, with no checkpoint yet, that the same command starts over."""
+        if self.last is None:
+            return "no checkpoint was written yet: run the same command again to start over"
+        return (f"{self.last} is at step {self.last_step}; go on with: "
+                f"{shlex.join(['python', '-m', 'td3_lightning', *_with_ckpt_path(argv, str(self.last))])}")
+
+
+@dataclass(frozen=True)
+class Stop(Standing):
+    """A stopped fit: the signal, the training step reached, and where it stands."""
+
+    signal: str = ""
+    step: int = 0
+    max_steps: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -40,11 +57,7 @@ class Stop:
         """What the user reads: the step reached, the checkpoint and its step, and the command that goes on
         (``argv``: the fit's command line, without the program)."""
         of = f" of {self.max_steps}" if self.max_steps > 0 else ""
-        stopped = f"stopped by {self.signal} at training step {self.step}{of}"
-        if self.last is None:
-            return f"{stopped}; no checkpoint was written yet: run the same command again to start over"
-        return (f"{stopped}; {self.last} is at step {self.last_step}; go on with: "
-                f"{shlex.join(['python', '-m', 'td3_lightning', *_with_ckpt_path(argv, str(self.last))])}")
+        return f"stopped by {self.signal} at training step {self.step}{of}; {self.go_on(argv)}"
 
 
 def _with_ckpt_path(argv: list[str], path: str) -> list[str]:
@@ -75,25 +88,33 @@ def stop_signal(trainer: L.Trainer, exception: BaseException) -> str | None:
 
 
 class StopNotice(L.Callback):
-    """Notes a fit stopped by SIGINT (Ctrl-C) or SIGTERM in :attr:`stop`: the step reached and the newest
-    ``last.ckpt`` of the run (or the checkpoint it resumed from, until it writes its own)."""
+    """Notes where a fit ended by an exception stands (:attr:`standing`): the newest ``last.ckpt`` of the run (or the
+    checkpoint it resumed from, until it writes its own); for a stop by SIGINT (Ctrl-C) or SIGTERM also the signal and
+    the step reached (:attr:`stop`)."""
 
     def __init__(self) -> None:
         self.stop: Stop | None = None
+        self.standing: Standing | None = None
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        name = stop_signal(trainer, exception)
-        if name is None:
+        if trainer.state.fn != "fit":
             return
         written = next((c.last_model_path for c in trainer.callbacks  # by this run: not an older run's file there
                         if isinstance(c, ModelCheckpoint) and c.last_model_path), "")
         last = Path(written) if written and Path(written).is_file() else None
         if last is None and trainer.ckpt_path and Path(trainer.ckpt_path).is_file():
             last = Path(trainer.ckpt_path)  # nothing written yet: the checkpoint it resumed from
-        self.stop = Stop(name, trainer.global_step, trainer.max_steps, last,
-                         checkpoint_step(last) if last is not None else None)
+        self.standing = Standing(last, checkpoint_step(last) if last is not None else None)
+        name = stop_signal(trainer, exception)
+        if name is not None:
+            self.stop = Stop(last, self.standing.last_step, name, trainer.global_step, trainer.max_steps)
 
 
 def stop_of(callbacks: list[Any]) -> Stop | None:
     """The stop that a :class:`StopNotice` among ``callbacks`` noted, if any."""
     return next((c.stop for c in callbacks if isinstance(c, StopNotice) and c.stop is not None), None)
+
+
+def standing_of(callbacks: list[Any]) -> Standing | None:
+    """Where the fit that a :class:`StopNotice` among ``callbacks`` saw end stands, if it noted one."""
+    return next((c.standing for c in callbacks if isinstance(c, StopNotice) and c.standing is not None), None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import shlex
 import shutil
 from collections import namedtuple
 
@@ -16,6 +17,7 @@ from td3_lightning.data import ReplayDataModule
 from td3_lightning.errors import UserInputError
 from td3_lightning.replay import tensor_bytes
 from td3_lightning.resources import check_replay_memory, gigabytes, warn_if_disk_short
+from td3_lightning.user_input import CONFIG_DIR
 
 
 @pytest.mark.parametrize("sampler, per_transition", [("uniform", 33), ("lap", 37)])
@@ -69,37 +71,57 @@ def test_a_disk_that_fills_during_a_write_keeps_the_previous_file_and_says_so(tm
         atomic_torch_save({"step": 2}, target)
     assert str(caught.value).startswith(f"writing {target} failed: No space left on device (")
     assert str(caught.value).endswith(f"free in {tmp_path}); what was there before is kept: free some space (or "
-                                      "lower data.buffer_size, or set data.save_replay false) and go on with "
-                                      "--ckpt_path last")
+                                      "lower data.buffer_size, or set data.save_replay false); then run the command "
+                                      "again")
     assert torch.load(target)["step"] == 1 and [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
     monkeypatch.setattr(checkpointing.torch, "save", lambda *a: (_ for _ in ()).throw(ValueError("other")))
     with pytest.raises(ValueError, match="other"):  # any other failure is not told as a full disk
         atomic_torch_save({"step": 3}, target)
 
 
-def test_a_fit_whose_disk_fills_ends_with_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
+FIT = ["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "120", "--trainer.val_check_interval", "40",
+       "--data.warmup_steps", "50", "--model.hidden_dims", "[8]", "--data.eval_episodes", "1"]
+
+
+def _fit_on_a_disk_that_fills(saves_before: int, monkeypatch, capsys) -> tuple[int, list[str]]:
+    """The exit status and the error lines of a small fit whose disk fills after ``saves_before`` saves."""
     saves = []
     real_save = torch.save
 
-    def save_twice_then_fill(obj, f, *args, **kwargs):
+    def save_then_fill(obj, f, *args, **kwargs):
         saves.append(1)
-        if len(saves) > 2:
+        if len(saves) > saves_before:
             _full_disk()
         real_save(obj, f, *args, **kwargs)
 
-    monkeypatch.setattr(checkpointing.torch, "save", save_twice_then_fill)
+    monkeypatch.setattr(checkpointing.torch, "save", save_then_fill)
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "120", "--trainer.val_check_interval", "40",
-              "--data.warmup_steps", "50", "--model.hidden_dims", "[8]", "--data.eval_episodes", "1"])
+        main(FIT)
     captured = capsys.readouterr().err
-    err = [line for line in captured.splitlines() if line.startswith("error:")]
     assert "Traceback" not in captured
+    return exit_info.value.code, [line for line in captured.splitlines() if line.startswith("error:")]
+
+
+def test_a_fit_whose_disk_fills_ends_with_one_line_naming_its_checkpoint_and_the_command_that_goes_on(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, err = _fit_on_a_disk_that_fills(2, monkeypatch, capsys)
     last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
-    assert exit_info.value.code == 2 and len(err) == 1, err
+    assert code == 2 and len(err) == 1, err
     assert err[0].startswith("error: writing ") and "failed: No space left on device (" in err[0]
-    assert err[0].endswith("go on with --ckpt_path last")
+    go_on = shlex.join(["python", "-m", "td3_lightning", *FIT[:2], str(CONFIG_DIR / "pendulum.yaml"), *FIT[3:]])
+    assert err[0].endswith(f"or set data.save_replay false); {last} is at step 40; go on with: {go_on} --ckpt_path "
+                           f"{last}")
     assert torch.load(last, weights_only=False)["global_step"] == 40  # the one written before the disk filled
+
+
+def test_a_fit_whose_first_checkpoint_fills_the_disk_says_to_start_over(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, err = _fit_on_a_disk_that_fills(0, monkeypatch, capsys)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].endswith("or set data.save_replay false); no checkpoint was written yet: run the same command "
+                           "again to start over")
+    assert not list(tmp_path.glob("lightning_logs/version_0/checkpoints/*.ckpt"))
 
 
 def test_more_cpu_processes_than_cores_are_warned_of():
