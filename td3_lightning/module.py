@@ -27,7 +27,7 @@ from td3_lightning.extensions.policy_checkpoints import policy_checkpoint
 from td3_lightning.guards import check_finite_weights
 from td3_lightning.hparams import check_hparams
 from td3_lightning.metrics import EpisodeMetrics
-from td3_lightning.networks import build_networks, trained_parameters
+from td3_lightning.networks import CriticEnsemble, build_networks, trained_parameters
 from td3_lightning.random_stream import RandomStream
 from td3_lightning.samplers import lap_loss
 from td3_lightning.schedules import Schedules, run_length
@@ -47,6 +47,15 @@ class UpdateResult(NamedTuple):
     actor_loss: Tensor | None
     terms: dict[str, Tensor]
     priority: Tensor | None
+
+
+def ascended_q(critic: CriticEnsemble, actor_q: str, obs: Tensor, action: Tensor) -> Tensor:
+    """The Q the actor ascends (``actor_q``), the critics' weights held fixed: the first critic's (TD3), every critic's
+    (``mean``, TD7: the loss averages them) or their minimum (``min``, CrossQ's TD3 variant)."""
+    if actor_q == "first":
+        return critic.q1(obs, action, detach_params=True)
+    q = critic(obs, action, detach_params=True)
+    return q.min(dim=0).values if actor_q == "min" else q
 
 
 def smoothed_next_action(actor: torch.nn.Module, batch: dict[str, Tensor], noise: Tensor, hp: Any) -> Tensor:
@@ -101,7 +110,8 @@ class TD3(L.LightningModule):
         target_networks: false: no targets; the critics read s and s' in one batch, pi(s') from the actor (CrossQ).
         target_update_every: hard copies into the targets every N training steps, not Polyak (>= 0; 0 = Polyak).
         value_clipping: clamp the target's next value to the range of targets before the last hard update (TD7).
-        actor_q: the actor ascends the first critic's Q (first, TD3) or the mean of all (mean, TD7).
+        actor_q: the actor ascends the first critic's Q (first, TD3), the mean of all (mean, TD7) or their minimum
+            (min, CrossQ).
         policy_checkpoints: evaluate, test and export the policy with the best worst training episode (TD7).
         checkpoint_episodes: episodes a policy is assessed on from checkpoint_after on (>= 1).
         checkpoint_after: training steps of one-episode assessments before checkpoint_episodes (>= 0).
@@ -137,7 +147,7 @@ class TD3(L.LightningModule):
         normalize_actions: bool = False, embedding_dim: int = 0, embedding_lr: float = 3e-4,
         num_critics: int = 2, critic_bins: int = 0, critic_range: list[float] | None = None,
         gamma: float = 0.99, tau: float = 0.005, target_networks: bool = True,
-        target_update_every: int = 0, value_clipping: bool = False, actor_q: Literal["first", "mean"] = "first",
+        target_update_every: int = 0, value_clipping: bool = False, actor_q: Literal["first", "mean", "min"] = "first",
         policy_checkpoints: bool = False, checkpoint_episodes: int = 20, checkpoint_after: int = 750000,
         policy_noise: float = 0.2, noise_clip: float = 0.5, policy_freq: int = 2,
         exploration_noise: float = 0.1, actor_lr: float = 3e-4, critic_lr: float = 3e-4, adam_beta1: float = 0.9,
@@ -190,13 +200,12 @@ class TD3(L.LightningModule):
         return (td.pow(2).mean(dim=1).sum() if priority is None else lap_loss(td)), q, priority
 
     def actor_loss(self, batch: dict[str, Tensor], terms: dict[str, Tensor] | None = None) -> Tensor:
-        """``-mean Q_1(s, pi(s))`` (or of every Q_i) with the critic's weights held fixed, plus the actor-loss terms,
-        whose values go into ``terms`` (None: into the training statistics)."""
+        """``-mean Q_1(s, pi(s))`` (or of every Q_i, or of their min) with the critics held fixed, plus the actor-loss
+        terms, whose values go into ``terms`` (None: into the training statistics)."""
         features = self.actor.features(batch["obs"])
         preactivation = self.actor.net(features)
         action = self.actor.squash(preactivation)
-        critic = self.critic.q1 if self.hparams.actor_q == "first" else self.critic  # mean: TD7's actor
-        loss = -critic(critic_view(batch), action, detach_params=True).mean()
+        loss = -ascended_q(self.critic, self.hparams.actor_q, critic_view(batch), action).mean()
         view = ActorView(batch, features, preactivation, action, self.actor.action_scale)
         loss, values = self.extensions.actor_terms(loss, view)  # e.g. the teacher's term
         if terms is None:

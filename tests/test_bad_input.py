@@ -47,7 +47,7 @@ RELATED_NOT_RANGED = {"model.critic_range": "[low, high], low < high"}
 CHOICES = {
     "model.encoder": ["bogus"], "model.compile_mode": ["bogus"], "data.vector_mode": ["bogus"],
     "data.video_format": ["avi"], "data.buffer_device": ["bogus"], "data.sampler": ["bogus"],
-    "model.actor_q": ["min"], "model.critic_range": ["[1.0, 0.0]", "[1.0]", "[0.0, nan]"],
+    "model.actor_q": ["max"], "model.critic_range": ["[1.0, 0.0]", "[1.0]", "[0.0, nan]"],
     "data.env_id": ["NoSuchEnv-v9", "CarRacing-v3"], "learning_curve.filename": ["sub/curve.png", "curve.txt"],
 }
 #: The Trainer options this project counts in training steps, that take a path, or that a user plausibly

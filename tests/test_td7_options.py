@@ -212,8 +212,13 @@ def test_the_actor_ascends_the_mean_of_every_critic_with_actor_q_mean():
     with torch.no_grad():
         q1 = first.critic.q1(batch["obs"], first.actor(batch["obs"]))
     torch.testing.assert_close(first.actor_loss(batch), -q1.mean())
-    with pytest.raises(UserInputError, match="model.actor_q must be first or mean"):
-        make(actor_q="min")
+    least = make(actor_q="min", num_critics=3)
+    with torch.no_grad():
+        q = least.critic(batch["obs"], least.actor(batch["obs"]))
+    assert (q.min(0).values < q.mean(0)).all()  # the three critics differ: min is neither mean nor first
+    torch.testing.assert_close(least.actor_loss(batch), -q.min(0).values.mean())
+    with pytest.raises(UserInputError, match="model.actor_q must be first, mean or min"):
+        make(actor_q="max")
 
 
 # ----------------------------------------------------------------------------- LAP
