@@ -125,19 +125,19 @@ def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
         if _disk_full(err):
             raise DiskFullError(
                 f"writing {target} failed: No space left on device ({gigabytes(shutil.disk_usage(folder).free)} "
-                f"free in {folder}); what was there before is kept: free some space (or lower data.buffer_size, or "
-                "set data.save_replay false)") from None
+                f"free in {folder}); what was there before is kept: free some space") from None
         raise
     _fsync_dir(folder)
 
 
 class DiskFullError(UserInputError, OSError):
     """The disk filled while a file was written atomically (the previous file is kept): an ``OSError`` still, told
-    as one line: ``what`` happened and what to free, then how to go on (by default: run the command again; a fit
-    names its checkpoint, :func:`td3_lightning.stops.standing_of`)."""
+    as one line: ``what`` happened, what else frees space (``relief``), then how to go on (by default: run the command
+    again; a fit names its checkpoint, :func:`td3_lightning.stops.standing_of`)."""
 
-    def __init__(self, what: str, go_on: str = "then run the command again") -> None:
-        super().__init__(f"{what}; {go_on}")
+    def __init__(self, what: str, go_on: str = "then run the command again", relief: str | None = None) -> None:
+        relief = relief or "(or lower data.buffer_size, or set data.save_replay false)"
+        super().__init__(f"{what} {relief}; {go_on}")
         self.what = what
 
 

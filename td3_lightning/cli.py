@@ -524,10 +524,11 @@ class TD3CLI(LightningCLIHooks):
         given = [*(config.get("callbacks") or []), *callbacks]
         # the env loop feeds the replay; hp_metric for TensorBoard; StopNotice the line of a stopped fit; RunLock
         # notes a training fit in this machine's register of fits
-        for default in (EnvLoop, HpMetric, StopNotice, RunLock):
+        for default in (EnvLoop, HpMetric, RunLock):
             if not any(isinstance(c, default) for c in given):
                 callbacks = [*callbacks, default()]
-        return callbacks
+        # first, so it notes where a fit stands before another callback's on_exception can raise (a full disk)
+        return callbacks if any(isinstance(c, StopNotice) for c in given) else [StopNotice(), *callbacks]
 
     def run_subcommand(self, subcommand: str, run: Any) -> None:
         """A fit stopped by Ctrl-C or SIGTERM (Lightning exits 1 or 0) ends with one line saying where it stands and
@@ -545,7 +546,8 @@ class TD3CLI(LightningCLIHooks):
             standing = standing_of(self._callbacks())
             if standing is None:
                 raise
-            raise DiskFullError(err.what, standing.go_on(self._argv)) from None
+            relief = "(or set data.save_replay false)" if standing.last else None  # a resume keeps buffer_size
+            raise DiskFullError(err.what, standing.go_on(self._argv), relief) from None
 
     def _callbacks(self) -> list[Any]:
         """The trainer's callbacks; none before the trainer exists."""

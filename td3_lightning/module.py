@@ -110,8 +110,7 @@ class TD3(L.LightningModule):
         target_networks: false: no targets; the critics read s and s' in one batch, pi(s') from the actor (CrossQ).
         target_update_every: hard copies into the targets every N training steps, not Polyak (>= 0; 0 = Polyak).
         value_clipping: clamp the target's next value to the range of targets before the last hard update (TD7).
-        actor_q: the actor ascends the first critic's Q (first, TD3), the mean of all (mean, TD7) or their minimum
-            (min, CrossQ).
+        actor_q: the actor ascends the first critic's Q (first, TD3), the mean of all (mean, TD7) or the min (CrossQ).
         policy_checkpoints: evaluate, test and export the policy with the best worst training episode (TD7).
         checkpoint_episodes: episodes a policy is assessed on from checkpoint_after on (>= 1).
         checkpoint_after: training steps of one-episode assessments before checkpoint_episodes (>= 0).

@@ -41,13 +41,13 @@ class Standing:
                 f"{shlex.join(['python', '-m', 'td3_lightning', *_with_ckpt_path(argv, str(self.last))])}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stop(Standing):
     """A stopped fit: the signal, the training step reached, and where it stands."""
 
-    signal: str = ""
-    step: int = 0
-    max_steps: int = 0
+    signal: str
+    step: int
+    max_steps: int
 
     @property
     def exit_code(self) -> int:
@@ -107,7 +107,8 @@ class StopNotice(L.Callback):
         self.standing = Standing(last, checkpoint_step(last) if last is not None else None)
         name = stop_signal(trainer, exception)
         if name is not None:
-            self.stop = Stop(last, self.standing.last_step, name, trainer.global_step, trainer.max_steps)
+            self.stop = Stop(last, self.standing.last_step, signal=name, step=trainer.global_step,
+                             max_steps=trainer.max_steps)
 
 
 def stop_of(callbacks: list[Any]) -> Stop | None:

@@ -110,8 +110,8 @@ def test_a_fit_whose_disk_fills_ends_with_one_line_naming_its_checkpoint_and_the
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("error: writing ") and "failed: No space left on device (" in err[0]
     go_on = shlex.join(["python", "-m", "td3_lightning", *FIT[:2], str(CONFIG_DIR / "pendulum.yaml"), *FIT[3:]])
-    assert err[0].endswith(f"or set data.save_replay false); {last} is at step 40; go on with: {go_on} --ckpt_path "
-                           f"{last}")
+    assert err[0].endswith(f"free some space (or set data.save_replay false); {last} is at step 40; go on with: "
+                           f"{go_on} --ckpt_path {last}")  # not a smaller buffer: a resume refuses another size
     assert torch.load(last, weights_only=False)["global_step"] == 40  # the one written before the disk filled
 
 
@@ -119,8 +119,8 @@ def test_a_fit_whose_first_checkpoint_fills_the_disk_says_to_start_over(tmp_path
     monkeypatch.chdir(tmp_path)
     code, err = _fit_on_a_disk_that_fills(0, monkeypatch, capsys)
     assert code == 2 and len(err) == 1, err
-    assert err[0].endswith("or set data.save_replay false); no checkpoint was written yet: run the same command "
-                           "again to start over")
+    assert err[0].endswith("free some space (or lower data.buffer_size, or set data.save_replay false); no "
+                           "checkpoint was written yet: run the same command again to start over")
     assert not list(tmp_path.glob("lightning_logs/version_0/checkpoints/*.ckpt"))
 
 
@@ -169,3 +169,6 @@ def test_a_stop_names_the_last_ckpt_of_this_run_only(tmp_path):
     callback.last_model_path = str(older)  # written by this run
     notice.on_exception(trainer, None, KeyboardInterrupt())
     assert (notice.stop.last, notice.stop.last_step) == (older, 200)
+    tested = StopNotice()  # a test or validate run has nothing to go on from: its full disk says run it again
+    tested.on_exception(SimpleNamespace(**{**vars(trainer), "state": SimpleNamespace(fn="test")}), None, OSError())
+    assert tested.standing is None and tested.stop is None
