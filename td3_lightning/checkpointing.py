@@ -132,11 +132,13 @@ def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
 
 class DiskFullError(UserInputError, OSError):
     """The disk filled while a file was written atomically (the previous file is kept): an ``OSError`` still, told
-    as one line: ``what`` happened, what else frees space (``relief``), then how to go on (by default: run the command
-    again; a fit names its checkpoint, :func:`td3_lightning.stops.standing_of`)."""
+    as one line: ``what`` happened, what else frees space, then how to go on (by default: run the command again; a
+    fit names its checkpoint, :func:`td3_lightning.stops.standing_of`, and going on from it keeps its buffer's size:
+    ``resumable``)."""
 
-    def __init__(self, what: str, go_on: str = "then run the command again", relief: str | None = None) -> None:
-        relief = relief or "(or lower data.buffer_size, or set data.save_replay false)"
+    def __init__(self, what: str, go_on: str = "then run the command again", resumable: bool = False) -> None:
+        relief = "(or set data.save_replay false)" if resumable else \
+            "(or lower data.buffer_size, or set data.save_replay false)"
         super().__init__(f"{what} {relief}; {go_on}")
         self.what = what
 

@@ -546,8 +546,7 @@ class TD3CLI(LightningCLIHooks):
             standing = standing_of(self._callbacks())
             if standing is None:
                 raise
-            relief = "(or set data.save_replay false)" if standing.last else None  # a resume keeps buffer_size
-            raise DiskFullError(err.what, standing.go_on(self._argv), relief) from None
+            raise DiskFullError(err.what, standing.go_on(self._argv), resumable=standing.last is not None) from None
 
     def _callbacks(self) -> list[Any]:
         """The trainer's callbacks; none before the trainer exists."""

@@ -4,7 +4,7 @@ command that goes on.
 Lightning ends a stopped fit with exit status 1 (SIGINT) or 0 (SIGTERM, which a script reads as success).
 :class:`StopNotice` notes the stop while Lightning shuts down; the command line then prints
 :meth:`Stop.line` and exits with the shell's status for the signal (128 + its number: 130, 143). For any other
-exception it notes the run's newest checkpoint (:attr:`StopNotice.standing`), which the command line names after a
+full disk it notes the run's newest checkpoint (:attr:`StopNotice.standing`), which the command line names after the
 full disk's line.
 """
 
@@ -19,7 +19,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from td3_lightning.checkpointing import peek_checkpoint
+from td3_lightning.checkpointing import DiskFullError, peek_checkpoint
 
 #: the exit status of a fit stopped by each signal (the shell's 128 + the signal's number)
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
@@ -88,24 +88,24 @@ def stop_signal(trainer: L.Trainer, exception: BaseException) -> str | None:
 
 
 class StopNotice(L.Callback):
-    """Notes where a fit ended by an exception stands (:attr:`standing`): the newest ``last.ckpt`` of the run (or the
-    checkpoint it resumed from, until it writes its own); for a stop by SIGINT (Ctrl-C) or SIGTERM also the signal and
-    the step reached (:attr:`stop`)."""
+    """Notes where a fit stopped by SIGINT (Ctrl-C) or SIGTERM, or ended by a full disk, stands (:attr:`standing`):
+    the newest ``last.ckpt`` of the run (or the checkpoint it resumed from, until it writes its own); for a stop also
+    the signal and the step reached (:attr:`stop`)."""
 
     def __init__(self) -> None:
         self.stop: Stop | None = None
         self.standing: Standing | None = None
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if trainer.state.fn != "fit":
-            return
+        name = stop_signal(trainer, exception)
+        if name is None and not (trainer.state.fn == "fit" and isinstance(exception, DiskFullError)):
+            return  # only the lines that name the checkpoint read it
         written = next((c.last_model_path for c in trainer.callbacks  # by this run: not an older run's file there
                         if isinstance(c, ModelCheckpoint) and c.last_model_path), "")
         last = Path(written) if written and Path(written).is_file() else None
         if last is None and trainer.ckpt_path and Path(trainer.ckpt_path).is_file():
             last = Path(trainer.ckpt_path)  # nothing written yet: the checkpoint it resumed from
         self.standing = Standing(last, checkpoint_step(last) if last is not None else None)
-        name = stop_signal(trainer, exception)
         if name is not None:
             self.stop = Stop(last, self.standing.last_step, signal=name, step=trainer.global_step,
                              max_steps=trainer.max_steps)

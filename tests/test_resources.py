@@ -154,7 +154,7 @@ def test_a_stop_names_the_last_ckpt_of_this_run_only(tmp_path):
 
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from td3_lightning.stops import StopNotice
+    from td3_lightning.stops import Standing, StopNotice
 
     older = tmp_path / "last.ckpt"
     torch.save({"global_step": 200}, older)
@@ -170,5 +170,11 @@ def test_a_stop_names_the_last_ckpt_of_this_run_only(tmp_path):
     notice.on_exception(trainer, None, KeyboardInterrupt())
     assert (notice.stop.last, notice.stop.last_step) == (older, 200)
     tested = StopNotice()  # a test or validate run has nothing to go on from: its full disk says run it again
-    tested.on_exception(SimpleNamespace(**{**vars(trainer), "state": SimpleNamespace(fn="test")}), None, OSError())
+    full = DiskFullError("writing x failed")
+    tested.on_exception(SimpleNamespace(**{**vars(trainer), "state": SimpleNamespace(fn="test")}), None, full)
     assert tested.standing is None and tested.stop is None
+    failed = StopNotice()  # another failure of a fit: no line names a checkpoint, so none is read
+    failed.on_exception(trainer, None, ValueError("other"))
+    assert failed.standing is None and failed.stop is None
+    failed.on_exception(trainer, None, full)
+    assert failed.standing == Standing(older, 200) and failed.stop is None
