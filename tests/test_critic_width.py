@@ -68,8 +68,10 @@ def test_q_values_keep_float32_precision_under_bf16_autocast(embedding_dim):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         q, q1, raw = model.critic(obs, action), model.critic.q1(obs, action), model.critic(obs, action, raw=True)
     assert q.dtype == q1.dtype == raw.dtype == torch.float32
-    assert (q != q.to(torch.bfloat16).float()).float().mean() > 0.9  # not on bfloat16's grid
-    assert torch.equal(q1, q[0])
+    for values in (q, q1):
+        assert (values != values.to(torch.bfloat16).float()).float().mean() > 0.9  # not on bfloat16's grid
+    # the first critic alone: its own kernels, whose float32 sums may differ in the last bit (AMD EPYC: 1e-4 at 1000)
+    torch.testing.assert_close(q1, q[0])
     with torch.no_grad():
         full = model.critic(obs, action)  # float32 throughout
     assert 0 < (q - full).abs().max() < 1.0  # the hidden layers' bfloat16 rounding, no more
