@@ -1,14 +1,14 @@
-"""Batch renormalisation (Ioffe, 2017) for the actor and the critics (``model.batch_renorm``), as CrossQ (Bhatt et
-al., 2024) normalises both networks.
+"""Batch renormalisation (Ioffe, 2017) for the actor and the critics (``model.batch_renorm``), as CrossQ (Bhatt et al.,
+2024) normalises both networks.
 
-Training normalises each feature by the batch's own mean and standard deviation, corrected towards the running
-ones: ``y = (x - mean_B) / std_B * r + d`` with ``r = clip(std_B / std, 1 / R_MAX, R_MAX)`` and
-``d = clip((mean_B - mean) / std, -D_MAX, D_MAX)`` held fixed (no gradient), then a learnt scale and offset. For the
-first :data:`WARMUP_STEPS` training passes ``r = 1`` and ``d = 0`` (plain batch normalisation), while the running
-statistics settle. A training pass is a forward pass with gradients, in training mode, inside :func:`training_pass`
-(the update, ``TD3.training_step``). Everything else (acting, validation, the target's next action, the critics in
-the actor's loss, a network called directly) reads the running statistics, so one observation is normalised as the
-batches were.
+Training normalises each feature by the batch's own mean and standard deviation, corrected towards the running ones:
+``y = (x - mean_B) / std_B * r + d`` with ``r = clip(std_B / std, 1 / R_MAX, R_MAX)`` and ``d = clip((mean_B - mean)
+/ std, -D_MAX, D_MAX)`` held fixed (no gradient), then a learnt scale and offset. For the first ``warmup`` training
+passes of a layer (``model.batch_renorm_warmup``, CrossQ's :data:`WARMUP_STEPS`) ``r = 1`` and ``d = 0`` (plain
+batch normalisation), while the running statistics settle. A training pass is a forward pass with gradients, in
+training mode, inside :func:`training_pass` (the update, ``TD3.training_step``). Everything else (acting,
+validation, the target's next action, the critics in the actor's loss, a network called directly) reads the running
+statistics, so one observation is normalised as the batches were.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from td3_lightning.distributed import one_process_only
 
-#: training passes of plain batch normalisation before the corrections r and d start (CrossQ's)
+#: training passes of plain batch normalisation before the corrections r and d start (CrossQ's; the default)
 WARMUP_STEPS = 100_000
 #: the bounds of the corrections (CrossQ's)
 R_MAX, D_MAX = 3.0, 5.0
@@ -55,8 +55,9 @@ class BatchRenorm(nn.Module):
     var: Tensor
     steps: Tensor
 
-    def __init__(self, features: int, members: tuple[int, ...] = ()) -> None:
+    def __init__(self, features: int, members: tuple[int, ...] = (), warmup: int = WARMUP_STEPS) -> None:
         super().__init__()
+        self.warmup = warmup
         shape = (*members, 1, features) if members else (features,)
         self.scale = nn.Parameter(torch.ones(shape))
         self.offset = nn.Parameter(torch.zeros(shape))
@@ -80,7 +81,7 @@ class BatchRenorm(nn.Module):
         batch_std = torch.sqrt(batch_var + EPS)
         with torch.no_grad():
             std = torch.sqrt(var + EPS)
-            warm = self.steps >= WARMUP_STEPS
+            warm = self.steps >= self.warmup
             r = torch.where(warm, (batch_std / std).clamp(1 / R_MAX, R_MAX), torch.ones_like(std))
             d = torch.where(warm, ((batch_mean - mean) / std).clamp(-D_MAX, D_MAX), torch.zeros_like(std))
             mean.lerp_(batch_mean.reshape(mean.shape), MOMENTUM)  # views of the buffers: updated in place
@@ -91,7 +92,7 @@ class BatchRenorm(nn.Module):
         return torch.addcmul((d - batch_mean * r / batch_std) * scale + offset, x, a)
 
     def extra_repr(self) -> str:
-        return f"features={self.scale.shape[-1]}, members={tuple(self.scale.shape[:-2])}"
+        return f"features={self.scale.shape[-1]}, members={tuple(self.scale.shape[:-2])}, warmup={self.warmup}"
 
 
 def _moments(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -102,6 +103,12 @@ def _moments(x: Tensor) -> tuple[Tensor, Tensor]:
     mean = centred.sum(dim=-2, keepdim=True) / n
     var = ((centred * centred).sum(dim=-2, keepdim=True) / n - mean * mean).clamp_min(0.0)
     return mean + shift, var
+
+
+def set_warmup(warmup: int, *nets: nn.Module) -> None:
+    """Every :class:`BatchRenorm` layer in ``nets`` starts its corrections after ``warmup`` training passes."""
+    for layer in (m for net in nets for m in net.modules() if isinstance(m, BatchRenorm)):
+        layer.warmup = warmup
 
 
 def running_statistics(*nets: nn.Module) -> list[Tensor]:

@@ -98,6 +98,7 @@ class TD3(L.LightningModule):
         critic_hidden_dims: hidden layer sizes of every critic, e.g. [1024, 1024] for wide critics (null = hidden_dims).
         layer_norm: a LayerNorm on every hidden layer of the actor and the critics.
         batch_renorm: batch renormalisation of the input and every hidden layer of the actor and the critics (CrossQ).
+        batch_renorm_warmup: training passes of each layer as plain batch normalisation before renormalising (>= 0).
         normalize_obs: standardise vector observations by running statistics, kept in the actor (and its exports).
         normalize_actions: the critics and SALE's encoder read actions rescaled to [-1, 1], as TD7 does.
         embedding_dim: length of SALE state and state-action embeddings fed to actor and critics (>= 0; 0 = off).
@@ -142,7 +143,8 @@ class TD3(L.LightningModule):
         critic_obs_shape: list[int] | None = None,
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
         critic_hidden_dims: list[int] | None = None,
-        layer_norm: bool = False, batch_renorm: bool = False, normalize_obs: bool = False,
+        layer_norm: bool = False, batch_renorm: bool = False, batch_renorm_warmup: int = 100000,
+        normalize_obs: bool = False,
         normalize_actions: bool = False, embedding_dim: int = 0, embedding_lr: float = 3e-4,
         num_critics: int = 2, critic_bins: int = 0, critic_range: list[float] | None = None,
         gamma: float = 0.99, tau: float = 0.005, target_networks: bool = True,

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from td3_lightning.batch_renorm import BatchRenorm
+from td3_lightning.batch_renorm import WARMUP_STEPS, BatchRenorm, set_warmup
 from td3_lightning.distributional import ValueHistogram
 from td3_lightning.embeddings import FixedEncoder, SALEEncoder, SALEStateActionInput, SALEStateInput
 from td3_lightning.normalization import ObservationNormalizer
@@ -376,6 +376,7 @@ def build_networks(hp: Mapping[str, Any]) -> Networks:
     critic_dim = int(hp["critic_obs_shape"][0]) if privileged else obs_dim
     critic = CriticEnsemble(critic_dim, action_dim, critic_dims, num_critics, critic_encoder, layer_norm=layer_norm,
                             normalizer=norm, head=head, action_rescale=rescale, batch_renorm=renorm)
+    set_warmup(int(hp.get("batch_renorm_warmup", WARMUP_STEPS)), actor, critic)
     return Networks(actor, critic, normalizer=norm)
 
 

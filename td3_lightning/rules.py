@@ -128,6 +128,8 @@ IDLE: dict[str, Idle] = {
     "checkpoint_after": Idle("model", lambda m, d: "model.policy_checkpoints false"
                              if not m["policy_checkpoints"] else None),
     "critic_range": Idle("model", lambda m, d: "model.critic_bins 0" if not m.get("critic_bins") else None),
+    "batch_renorm_warmup": Idle("model", lambda m, d: "model.batch_renorm false"
+                                if not m.get("batch_renorm") else None),
     "tau": Idle("model", lambda m, d: "model.target_update_every (hard copies)" if m["target_update_every"] else (
         "model.target_networks false" if not m.get("target_networks", True) else None)),
     "encoder_features": Idle("model", lambda m, d: "no CNN encoder" if not _cnn(m) else None),

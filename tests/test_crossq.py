@@ -5,6 +5,7 @@ Q value and an exact resume."""
 from __future__ import annotations
 
 import copy
+import functools
 
 import lightning as L
 import pytest
@@ -55,6 +56,29 @@ def test_after_the_warm_up_the_batch_statistics_are_corrected_towards_the_runnin
     assert r[1].item() == R_MAX and d[2].item() == D_MAX  # the bounds bite: std far above, mean far below
     assert 1 / R_MAX < r[0].item() < R_MAX and -D_MAX < d[0].item() < D_MAX
     torch.testing.assert_close(y, (x - mean) / torch.sqrt(var + EPS) * r + d)
+
+
+def test_a_shorter_warm_up_starts_the_corrections_after_its_own_number_of_training_passes():
+    norm = BatchRenorm(3, warmup=2)
+    x = _x(64, 3)
+    mean, std = x.mean(0), torch.sqrt(x.var(0, unbiased=False) + EPS)
+    with training_pass():
+        for _ in range(2):  # plain batch normalisation: the batch's own statistics
+            torch.testing.assert_close(norm(x), (x - mean) / std)
+        run_mean, run_std = norm.mean.clone(), torch.sqrt(norm.var + EPS)
+        y = norm(x)  # the third: corrected towards the running statistics, as past CrossQ's 100,000
+    r = (std / run_std).clamp(1 / R_MAX, R_MAX)
+    d = ((mean - run_mean) / run_std).clamp(-D_MAX, D_MAX)
+    assert (d.abs() > 0.5).all()  # two passes at momentum 0.01 leave the running mean far from the batch's
+    torch.testing.assert_close(y, (x - mean) / std * r + d)
+    assert norm.steps.item() == 3
+
+
+def test_the_modules_warm_up_reaches_every_layer_of_the_networks_and_their_targets():
+    m = _module(batch_renorm_warmup=7)
+    nets = (m.actor, m.critic, m.actor_target, m.critic_target)
+    assert [layer.warmup for net in nets for layer in net.modules() if isinstance(layer, BatchRenorm)] == [7] * 12
+    assert {layer.warmup for layer in _module().critic.renorms} == {WARMUP_STEPS} == {100_000}  # CrossQ's
 
 
 def test_acting_evaluating_and_the_critics_in_the_actors_loss_read_the_running_statistics():
@@ -137,17 +161,18 @@ def test_batch_renorm_and_no_targets_learn_the_infinite_horizon_value():
     assert abs(q.mean().item() - 5.0) < 0.35, q.mean().item()
 
 
-def _fit(path, max_steps: int, ckpt_path=None, every: int | None = None):
+def _fit(path, max_steps: int, ckpt_path=None, every: int | None = None, warmup: int = WARMUP_STEPS):
     L.seed_everything(5)
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=70)
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], batch_renorm=True,
-                target_networks=False, policy_freq=3)
+                target_networks=False, policy_freq=3, batch_renorm_warmup=warmup)
     fit_checkpointed(model, dm, max_steps, path, every, ckpt_path)
     return model
 
 
-def test_a_crossq_run_resumes_exactly(tmp_path):
-    straight, resumed = straight_and_resumed(_fit, tmp_path)
+@pytest.mark.parametrize("warmup", [WARMUP_STEPS, 90])  # 90: the critics' corrections start after the resume at 60
+def test_a_crossq_run_resumes_exactly(tmp_path, warmup):
+    straight, resumed = straight_and_resumed(functools.partial(_fit, warmup=warmup), tmp_path)
     sa, sb = straight.state_dict(), resumed.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa), [k for k in sa if not torch.equal(sa[k], sb[k])]
     assert sa["critic.renorms.1.steps"].item() == 120  # the running statistics are in the checkpoint
@@ -229,7 +254,7 @@ def test_the_static_buffer_update_steps_like_td3_update_with_crossq(device, capt
 
     with training_pass():
         (eager, _), (static, _), _, losses, _ = _run_both(20, device, capture, reload_at=12, batch_renorm=True,
-                                                          target_networks=False)
+                                                          target_networks=False, batch_renorm_warmup=6)
     same = torch.equal if device == "cpu" else (lambda x, y: torch.allclose(x, y, rtol=1e-4, atol=1e-5))
     for step, (a, b) in enumerate(losses):
         assert all(same(x, y) for x, y in zip(a, b)), step
