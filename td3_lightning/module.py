@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from td3_lightning import checkpointing
-from td3_lightning.batch_renorm import training_pass
+from td3_lightning.batch_renorm import WARMUP_STEPS, training_pass
 from td3_lightning.distributed import without_reducer_sync
 from td3_lightning.distributional import watch_range
 from td3_lightning.errors import NonFiniteError
@@ -143,7 +143,7 @@ class TD3(L.LightningModule):
         critic_obs_shape: list[int] | None = None,
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
         critic_hidden_dims: list[int] | None = None,
-        layer_norm: bool = False, batch_renorm: bool = False, batch_renorm_warmup: int = 100000,
+        layer_norm: bool = False, batch_renorm: bool = False, batch_renorm_warmup: int = WARMUP_STEPS,
         normalize_obs: bool = False,
         normalize_actions: bool = False, embedding_dim: int = 0, embedding_lr: float = 3e-4,
         num_critics: int = 2, critic_bins: int = 0, critic_range: list[float] | None = None,
