@@ -185,7 +185,7 @@ def test_each_half_of_the_recipe_runs_alone(options):
     assert q.shape == (2, 6) and torch.isfinite(loss)
 
 
-def test_an_exported_actor_normalises_by_its_running_statistics(tmp_path):
+def test_an_exported_actor_normalises_by_its_running_statistics_in_torchscript_and_onnx(tmp_path):
     from td3_lightning.export import export_torchscript
 
     L.seed_everything(0)
@@ -203,6 +203,14 @@ def test_an_exported_actor_normalises_by_its_running_statistics(tmp_path):
     expected = loaded(obs)  # called directly, in training mode and with gradients: still the running statistics
     torch.testing.assert_close(scripted(obs), expected)
     torch.testing.assert_close(scripted(obs[:1]), expected[:1])  # one observation as in a batch
+    ort = pytest.importorskip("onnxruntime")
+    from td3_lightning.export import export_onnx
+
+    session = ort.InferenceSession(str(export_onnx(tmp_path / "run.ckpt", tmp_path / "actor.onnx")),
+                                   providers=["CPUExecutionProvider"])
+    for rows in (1, 8):  # one observation normalised by the running statistics, not by its own batch's
+        (action,) = session.run(None, {"observation": obs[:rows].numpy()})
+        torch.testing.assert_close(torch.from_numpy(action), expected[:rows].detach(), atol=1e-5, rtol=0)
 
 
 def test_adam_beta1_sets_the_actors_and_the_critics_adam():
