@@ -9,7 +9,8 @@ test each final policy on 100 deterministic episodes, and turn the runs into a t
     python benchmarks/reference_results.py run --config walker2d.yaml --seeds 0 \
         --name walker2d_layer_norm --model.layer_norm true     # a variant: its own folder and summaries
 
-Options after the known ones go to ``fit`` (the model's are then read back from the checkpoint by ``test``).
+Options after the known ones go to ``fit`` (the model's are then read back from the checkpoint by ``test``); the
+``--data.*`` ones go to the tests too, so a variant's env (``--data.env_id``) is the one its policies are tested on.
 
 Runs live in ``runs/<name>/seed<S>/`` (``--name``, by default the config's name; the usual
 ``lightning_logs/version_N`` inside). The ``test`` of the final ``last.ckpt`` writes ``test_results.json``
@@ -88,6 +89,16 @@ RUN_SETS = {"--seed_everything": "is set by run itself (from --seeds)",
             "--checkpoint.dirpath": "must stay the default: run finds each seed's checkpoints under lightning_logs"}
 
 
+def data_args(args: list[str]) -> list[str]:
+    """The ``--data.*`` options among a fit's ``args`` (``--data.x v`` or ``--data.x=v``): what its tests must
+    be given too, so that they play the env the run trained on (``--data.env_id``, ``--data.env_kwargs``)."""
+    kept: list[str] = []
+    for i, arg in enumerate(args):
+        if arg.startswith("--data."):
+            kept += [arg] if "=" in arg or i + 1 == len(args) else [arg, args[i + 1]]
+    return kept
+
+
 def run(config: str, seeds: list[int], extra: list[str], name: str | None = None, overwrite: bool = False) -> None:
     """Train and test each seed of ``config`` under ``runs/<name>`` (``name``: the config's stem by default). A
     seed whose summary exists but whose run is not under ``runs/`` is refused unless ``overwrite``."""
@@ -116,7 +127,8 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
         resume = ["--ckpt_path", "last"] if state == "resume" else []
         print(f"{name} seed {seed}: {'continuing from its last.ckpt' if resume else 'training'}", flush=True)
         for command in ("fit", "test"):  # the test's checkpoint is the one the fit has written
-            more = [*resume, *extra] if command == "fit" else ["--ckpt_path", str(latest_last_ckpt(folder))]
+            more = [*resume, *extra] if command == "fit" else [*data_args(extra), "--ckpt_path",
+                                                                str(latest_last_ckpt(folder))]
             returncode = call([*base, command, *common, *more])
             if returncode < 0:  # killed by a signal: say which, the run goes on from its last.ckpt when run again
                 print(f"error: {name} seed {seed}: {command} was killed by signal {-returncode}; run the same "
@@ -147,7 +159,8 @@ def retest_best(name: str, seeds: list[int]) -> None:
         config, out = fit_args[fit_args.index("--config") + 1], folder / "best_test"
         where = os.path.relpath(ckpt, folder)
         returncode = call([sys.executable, "-m", "td3_lightning", "test", "--config", config, "--seed_everything",
-                           str(seed), "--trainer.default_root_dir", str(out), "--ckpt_path", str(ckpt)])
+                           str(seed), "--trainer.default_root_dir", str(out), *data_args(fit_args), "--ckpt_path",
+                           str(ckpt)])
         if returncode:
             sys.exit(1 if returncode < 0 else returncode)
         summary["test_best"] = {**(latest_test(out) or {}), "checkpoint": where}

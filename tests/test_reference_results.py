@@ -109,14 +109,17 @@ def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_
         return 0
 
     monkeypatch.setattr(ref, "call", fake_run)
-    ref.run("walker2d.yaml", [0], ["--model.layer_norm", "true"], name="walker2d_ln")
+    extra = ["--model.layer_norm", "true", "--data.env_id", "Hopper-v5", "--data.env_kwargs={a: 1}"]
+    ref.run("walker2d.yaml", [0], extra, name="walker2d_ln")
     fit, test = calls
     assert fit[4:] == ["--config", "walker2d.yaml", "--seed_everything", "0", "--trainer.default_root_dir",
-                       str(variant), "--model.layer_norm", "true"]  # a fresh run: no --ckpt_path
-    assert test[-1] == str(variant / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")
+                       str(variant), *extra]  # a fresh run: no --ckpt_path
+    assert test[4:] == ["--config", "walker2d.yaml", "--seed_everything", "0", "--trainer.default_root_dir",
+                        str(variant), "--data.env_id", "Hopper-v5", "--data.env_kwargs={a: 1}",  # the env it trained on
+                        "--ckpt_path", str(variant / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")]
     summary = json.loads((tmp_path / "summaries" / "walker2d_ln" / "seed0.json").read_text())
     assert summary["test"] == {"test/return": 5.0}
-    assert summary["fit_args"] == ["--config", "walker2d.yaml", "--model.layer_norm", "true"]
+    assert summary["fit_args"] == ["--config", "walker2d.yaml", *extra]
     with pytest.raises(SystemExit, match="must be a folder name"):
         ref.run("walker2d.yaml", [0], [], name="../elsewhere")
 
@@ -321,7 +324,8 @@ def test_best_tests_each_seeds_best_validated_checkpoint_into_its_summary(ref, t
         ref.retest_best("ant_td7", [1])
     assert info.value.code == 2 and "does not say the config" in capsys.readouterr().err
     summary.write_text(json.dumps({"seed": 1, "test": {"test/return": 4000.0},
-                                   "fit_args": ["--config", "ant_td7.yaml", "--model.gamma", "0.995"]}))
+                                   "fit_args": ["--config", "ant_td7.yaml", "--model.gamma", "0.995",
+                                                "--data.env_id", "Ant-v4"]}))
     calls: list[list[str]] = []
 
     def fake_run(cmd: list[str]) -> int:
@@ -334,7 +338,8 @@ def test_best_tests_each_seeds_best_validated_checkpoint_into_its_summary(ref, t
     monkeypatch.setattr(ref, "call", fake_run)
     ref.retest_best("ant_td7", [1])
     assert calls == [[sys.executable, "-m", "td3_lightning", "test", "--config", "ant_td7.yaml", "--seed_everything",
-                      "1", "--trainer.default_root_dir", str(seed / "best_test"), "--ckpt_path",
+                      "1", "--trainer.default_root_dir", str(seed / "best_test"), "--data.env_id", "Ant-v4",
+                      "--ckpt_path",
                       str(seed / "lightning_logs/version_0/checkpoints/best-step5000.ckpt")]]
     written = json.loads(summary.read_text())
     assert written["test"] == {"test/return": 4000.0}  # the final policy's stays
