@@ -99,6 +99,13 @@ def data_args(args: list[str]) -> list[str]:
     return kept
 
 
+def command_to_test(config: str, seed: int, root: Path, fit_args: list[str], ckpt: Path) -> list[str]:
+    """``python -m td3_lightning test`` of ``ckpt`` into ``root``, with the fit's config, seed and ``--data.*``
+    options (the model's come from the checkpoint)."""
+    return [sys.executable, "-m", "td3_lightning", "test", "--config", config, "--seed_everything", str(seed),
+            "--trainer.default_root_dir", str(root), *data_args(fit_args), "--ckpt_path", str(ckpt)]
+
+
 def run(config: str, seeds: list[int], extra: list[str], name: str | None = None, overwrite: bool = False) -> None:
     """Train and test each seed of ``config`` under ``runs/<name>`` (``name``: the config's stem by default). A
     seed whose summary exists but whose run is not under ``runs/`` is refused unless ``overwrite``."""
@@ -122,14 +129,13 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
         if state == "done":
             print(f"{name} seed {seed}: already tested, skipped (delete {folder} to redo it)")
             continue
-        base = [sys.executable, "-m", "td3_lightning"]
-        common = ["--config", config, "--seed_everything", str(seed), "--trainer.default_root_dir", str(folder)]
         resume = ["--ckpt_path", "last"] if state == "resume" else []
         print(f"{name} seed {seed}: {'continuing from its last.ckpt' if resume else 'training'}", flush=True)
+        fit = [sys.executable, "-m", "td3_lightning", "fit", "--config", config, "--seed_everything", str(seed),
+               "--trainer.default_root_dir", str(folder), *resume, *extra]
         for command in ("fit", "test"):  # the test's checkpoint is the one the fit has written
-            more = [*resume, *extra] if command == "fit" else [*data_args(extra), "--ckpt_path",
-                                                                str(latest_last_ckpt(folder))]
-            returncode = call([*base, command, *common, *more])
+            returncode = call(fit if command == "fit" else
+                              command_to_test(config, seed, folder, extra, latest_last_ckpt(folder)))
             if returncode < 0:  # killed by a signal: say which, the run goes on from its last.ckpt when run again
                 print(f"error: {name} seed {seed}: {command} was killed by signal {-returncode}; run the same "
                       "command again to continue it", file=sys.stderr)
@@ -158,9 +164,7 @@ def retest_best(name: str, seeds: list[int]) -> None:
         ckpt = find_run_checkpoint({"trainer": {"default_root_dir": str(folder)}, "checkpoint": {}}, "best")
         config, out = fit_args[fit_args.index("--config") + 1], folder / "best_test"
         where = os.path.relpath(ckpt, folder)
-        returncode = call([sys.executable, "-m", "td3_lightning", "test", "--config", config, "--seed_everything",
-                           str(seed), "--trainer.default_root_dir", str(out), *data_args(fit_args), "--ckpt_path",
-                           str(ckpt)])
+        returncode = call(command_to_test(config, seed, out, fit_args, ckpt))
         if returncode:
             sys.exit(1 if returncode < 0 else returncode)
         summary["test_best"] = {**(latest_test(out) or {}), "checkpoint": where}
