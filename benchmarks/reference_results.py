@@ -4,8 +4,8 @@ test each final policy on 100 deterministic episodes, and turn the runs into a t
     python benchmarks/reference_results.py run --config pendulum.yaml --seeds 0 1 2   # train + test
     python benchmarks/reference_results.py table                                    # markdown table + plot
     python benchmarks/reference_results.py best --name pendulum --seeds 0 1 2       # test the best validated, too
-    python benchmarks/reference_results.py compare --panel "Hopper-v5=hopper,hopper_td7" --max_steps 275000 \
-        --out hopper.png                                    # named summaries side by side
+    python benchmarks/reference_results.py compare --panel "Hopper-v5=hopper,hopper_td7" --max_steps 300000 \
+        --env_steps --out hopper.png                        # named summaries side by side, by env steps
     python benchmarks/reference_results.py run --config walker2d.yaml --seeds 0 \
         --name walker2d_layer_norm --model.layer_norm true     # a variant: its own folder and summaries
 
@@ -38,6 +38,7 @@ configs whose every tested seed has one.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
@@ -46,10 +47,12 @@ import signal
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path("runs")
 SUMMARIES = Path(__file__).resolve().parent / "reference_runs"
+PACKAGE_CONFIGS = Path(__file__).resolve().parents[1] / "td3_lightning" / "configs"
 # The targets of the README's results table, drawn as dashed lines in the plot.
 TARGETS = {
     "pendulum": -160, "lunar": 250, "bipedal": 310, "walker2d": 4700, "walker2d_paper": 4700, "halfcheetah": 10200,
@@ -347,12 +350,12 @@ def _steps_label(steps: float, _position: object = None) -> str:
     return f"{steps:g}"
 
 
-def _style(ax, title: str, legend_size: str = "medium") -> None:
-    """A panel's title, axes (training steps in k/M, evaluation return), grid and legend."""
+def _style(ax, title: str, legend_size: str = "medium", x_label: str = "training steps") -> None:
+    """A panel's title, axes (steps in k/M, evaluation return), grid and legend."""
     import matplotlib.ticker
 
     ax.set_title(title)
-    ax.set_xlabel("training steps")
+    ax.set_xlabel(x_label)
     ax.xaxis.set_major_formatter(_steps_label)
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
     ax.set_ylabel("evaluation return")
@@ -409,10 +412,45 @@ def _check_out(out: Path, overwrite: bool) -> None:
         _refuse(f"--out {out} exists; give another file or --overwrite")
 
 
-def compare(panels: list[str], out: Path, max_steps: int | None = None, overwrite: bool = False):
+def option_value(args: list[str], option: str) -> str | None:
+    """The last value of ``option`` among a command's ``args`` (``--x v`` or ``--x=v``), None if not given."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == option and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(option + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def env_steps_of(row: dict) -> Callable[[float], float]:
+    """A summarised run's training step -> env step: ``warmup_steps + step / utd_ratio``, the two from its config
+    (``data.*``, or the fit's defaults) and its fit options, which win (a summary without them: its config's name)."""
+    import yaml
+
+    from td3_lightning.data import ReplayDataModule
+
+    args = row.get("fit_args") or ["--config", f"{row.get('config', '')}.yaml"]
+    given = Path(option_value(args, "--config") or "")
+    config = given if given.is_file() else PACKAGE_CONFIGS / given.name
+    if not config.is_file():
+        _refuse(f"--env_steps: the config {given} of {row.get('config')} seed {row.get('seed')} is not here (nor "
+                "bundled), "
+                "so its warm-up is unknown; plot by training steps (leave --env_steps out)")
+    data = (yaml.safe_load(config.read_text()) or {}).get("data") or {}
+    defaults = inspect.signature(ReplayDataModule).parameters
+    warmup = float(option_value(args, "--data.warmup_steps") or data.get("warmup_steps",
+                                                                            defaults["warmup_steps"].default))
+    utd = float(option_value(args, "--data.utd_ratio") or data.get("utd_ratio", defaults["utd_ratio"].default))
+    return lambda step: warmup + step / utd
+
+
+def compare(panels: list[str], out: Path, max_steps: int | None = None, overwrite: bool = False,
+            env_steps: bool = False):
     """One panel per ``TITLE=NAME,NAME,...``: the evaluation curves of each named summary, a colour per name and a
-    line per seed, cropped at ``max_steps`` training steps; written to ``out`` (an existing file only with
-    ``overwrite``). Returns the figure."""
+    line per seed, cropped at ``max_steps``; written to ``out`` (an existing file only with ``overwrite``). The x
+    axis counts training steps, or with ``env_steps`` env steps (warm-up included, updates per env step taken out:
+    :func:`env_steps_of`), so that runs of other warm-ups and ``utd_ratio`` line up. Returns the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -420,7 +458,8 @@ def compare(panels: list[str], out: Path, max_steps: int | None = None, overwrit
 
     _check_out(out, overwrite)
     if max_steps is not None and max_steps < 1:
-        _refuse(f"--max_steps {max_steps}: give a number of training steps >= 1 (or leave it out: the whole curves)")
+        unit = "env" if env_steps else "training"
+        _refuse(f"--max_steps {max_steps}: give a number of {unit} steps >= 1 (or leave it out: the whole curves)")
     summaries = load_summaries()
     parsed = []
     for panel in panels:
@@ -437,12 +476,14 @@ def compare(panels: list[str], out: Path, max_steps: int | None = None, overwrit
     for ax, (title, names) in zip(axes.flat, parsed):
         for color, name in zip(colors * len(names), names):
             for i, row in enumerate(summaries[name]):
-                points = [p for p in row["curve"] if max_steps is None or p[0] <= max_steps]
+                to_x = env_steps_of(row) if env_steps else float
+                points = [(to_x(step), v) for step, v in row["curve"]]
+                points = [p for p in points if max_steps is None or p[0] <= max_steps]
                 if points:
                     steps, values = zip(*points)
                     ax.plot(steps, values, color=color, alpha=1.0 if i == 0 else 0.6,
                             label=_seeds_label(name, [r["seed"] for r in summaries[name]]) if i == 0 else None)
-        _style(ax, title, legend_size="small")
+        _style(ax, title, legend_size="small", x_label="env steps" if env_steps else "training steps")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=80)
@@ -466,7 +507,10 @@ def main() -> None:
     c = sub.add_parser("compare", help="plot named summaries side by side, one panel per --panel")
     c.add_argument("--panel", action="append", required=True, metavar="TITLE=NAME,NAME,...",
                    help="a panel: its title and the summaries (benchmarks/reference_runs/<NAME>/) drawn in it")
-    c.add_argument("--max_steps", type=int, help="crop the curves at this many training steps")
+    c.add_argument("--max_steps", type=int, help="crop the curves at this many steps (of the x axis)")
+    c.add_argument("--env_steps", action="store_true",
+                   help="x: env steps (warm-up included, per utd_ratio), not training steps: runs of other warm-ups "
+                        "and utd_ratio line up")
     c.add_argument("--out", type=Path, required=True, help="the image file (.png, .svg, ...)")
     c.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args, extra = parser.parse_known_args()
@@ -477,7 +521,7 @@ def main() -> None:
     elif args.command == "best":
         retest_best(args.name, args.seeds)
     elif args.command == "compare":
-        compare(args.panel, args.out, args.max_steps, args.overwrite)
+        compare(args.panel, args.out, args.max_steps, args.overwrite, args.env_steps)
     else:
         table()
 

@@ -243,6 +243,34 @@ def test_compare_draws_named_summaries_one_panel_each_and_refuses_unknown_names(
     assert (tmp_path / "out" / "c.png").read_bytes() != before
 
 
+def test_compare_by_env_steps_adds_each_runs_warm_up_and_divides_by_its_updates_per_env_step(ref, tmp_path, capsys):
+    runs = {"crossq": {"config": "crossq", "fit_args": ["--config", "humanoid_crossq.yaml"]},  # warm-up 5000
+            "utd2": {"config": "utd2", "fit_args": ["--config", "humanoid_crossq.yaml", "--data.utd_ratio", "2"]},
+            "td7": {"config": "td7", "fit_args": ["--config", "ant_td7.yaml", "--data.warmup_steps=1000"]},
+            "pendulum": {"config": "pendulum"}}  # an older summary: no fit_args, its config by name (warm-up 1000)
+    for name, row in runs.items():
+        (tmp_path / "summaries" / name).mkdir(parents=True)
+        (tmp_path / "summaries" / name / "seed0.json").write_text(
+            json.dumps({**row, "seed": 0, "curve": [[5000, 1.0], [10000, 2.0]], "test": {}}))
+    fig = ref.compare(["Humanoid-v5=crossq,utd2,td7,pendulum"], tmp_path / "c.png", env_steps=True, max_steps=10000)
+    (ax,) = fig.axes
+    assert [list(line.get_xdata()) for line in ax.get_lines()] == [[10000.0], [7500.0, 10000.0], [6000.0],
+                                                                   [6000.0]]
+    assert ax.get_xlabel() == "env steps"
+    fig = ref.compare(["Humanoid-v5=utd2"], tmp_path / "t.png")  # by training steps, as before
+    assert [list(line.get_xdata()) for line in fig.axes[0].get_lines()] == [[5000, 10000]]
+    assert fig.axes[0].get_xlabel() == "training steps"
+    (tmp_path / "summaries" / "mine").mkdir()
+    (tmp_path / "summaries" / "mine" / "seed1.json").write_text(json.dumps(
+        {"config": "mine", "seed": 1, "fit_args": ["--config", "nowhere/mine.yaml"], "curve": [[5000, 1.0]]}))
+    with pytest.raises(SystemExit) as info:
+        ref.compare(["p=mine"], tmp_path / "m.png", env_steps=True)
+    assert info.value.code == 2 and capsys.readouterr().err.strip() == (
+        "error: --env_steps: the config nowhere/mine.yaml of mine seed 1 is not here (nor bundled), so its warm-up "
+        "is unknown; plot by training steps (leave --env_steps out)")
+    assert not (tmp_path / "m.png").exists()
+
+
 @pytest.mark.parametrize("option, why", [
     ("--seed_everything=5", "--seed_everything is set by run itself (from --seeds); leave it out"),
     ("--trainer.default_root_dir",
