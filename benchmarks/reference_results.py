@@ -435,8 +435,7 @@ def env_steps_of(row: dict) -> Callable[[float], float]:
     config = given if given.is_file() else PACKAGE_CONFIGS / given.name
     if not config.is_file():
         _refuse(f"--env_steps: the config {given} of {row.get('config')} seed {row.get('seed')} is not here (nor "
-                "bundled), "
-                "so its warm-up is unknown; plot by training steps (leave --env_steps out)")
+                "bundled), so its warm-up is unknown; plot by training steps (leave --env_steps out)")
     data = (yaml.safe_load(config.read_text()) or {}).get("data") or {}
     defaults = inspect.signature(ReplayDataModule).parameters
     warmup = float(option_value(args, "--data.warmup_steps") or data.get("warmup_steps",
