@@ -4,6 +4,7 @@ test each final policy on 100 deterministic episodes, and turn the runs into a t
     python benchmarks/reference_results.py run --config pendulum.yaml --seeds 0 1 2   # train + test
     python benchmarks/reference_results.py table                                    # markdown table + plot
     python benchmarks/reference_results.py best --name pendulum --seeds 0 1 2       # test the best validated, too
+    python benchmarks/reference_results.py rows --name pendulum                     # its per-seed rows (markdown)
     python benchmarks/reference_results.py compare --panel "Hopper-v5=hopper,hopper_td7" --max_steps 300000 \
         --env_steps --out hopper.png                        # named summaries side by side, by env steps
     python benchmarks/reference_results.py run --config walker2d.yaml --seeds 0 \
@@ -341,6 +342,41 @@ def table() -> None:
     _plot({name: by_seed for name, by_seed in curves.items() if by_seed})
 
 
+def _early_ends(test: dict) -> int:
+    """Test episodes that the env ended before their time limit."""
+    return round(test["test/terminated"] * test["test/episodes"])
+
+
+def seed_rows(name: str, milestones: list[int]) -> list[str]:
+    """Markdown rows, one per tested seed of the summary ``name``: the final policy's test (mean ± std, min, early
+    ends), the best validated checkpoint's (``best``; its env step), the validation at each of ``milestones`` env
+    steps (the last evaluation at or before it) and the training hours."""
+    rows = load_summaries().get(name)
+    if not rows:
+        _refuse(f"--name {name}: no summary in {SUMMARIES}/{name}/; give one of {', '.join(load_summaries())}")
+    head = ("| seed | final policy, 100 test episodes | min | early ends | best validated checkpoint (env steps): test "
+            f"| its early ends | validation at {' / '.join(_steps_label(m) for m in milestones)} env steps | hours |")
+    lines = [head, "|" + "---|" * 8]
+    for row in rows:
+        to_env, test, best = env_steps_of(row), row["test"], row.get("test_best")
+        points = [(to_env(step), value) for step, value in row["curve"]]
+        val = " / ".join(next((f"{v:.0f}" for x, v in reversed(points) if x <= m), "–") for m in milestones)
+        if best is None:
+            chosen, best_ends = "not tested (`best`)", "–"
+        else:
+            found = re.search(r"step(\d+)", best.get("checkpoint", ""))
+            at = f"({_steps_label(to_env(int(found.group(1))))}) " if found else ""
+            same = abs(best["test/return"] - test["test/return"]) < 1e-9 and best.get("episode_returns") == \
+                test.get("episode_returns")
+            chosen = f"{at}the final policy" if same else \
+                f"{at}{best['test/return']:.1f} ± {best['test/return_std']:.1f}, min {best['test/return_min']:.0f}"
+            best_ends = str(_early_ends(best))
+        lines.append(f"| {row['seed']} | {test['test/return']:.1f} ± {test['test/return_std']:.1f} | "
+                     f"{test['test/return_min']:.0f} | {_early_ends(test)} | {chosen} | {best_ends} | {val} | "
+                     f"{row['hours']:.1f} |")
+    return lines
+
+
 def _steps_label(steps: float, _position: object = None) -> str:
     """Tick label for a step count: 20000 -> ``20k``, 1000000 -> ``1M``."""
     if abs(steps) >= 1_000_000:
@@ -503,6 +539,10 @@ def main() -> None:
     b.add_argument("--name", required=True, help="the runs/ folder and summary name (a config's name or --name)")
     b.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     sub.add_parser("table", help="print the results table and write the plot")
+    w = sub.add_parser("rows", help="print a summary's per-seed rows (markdown) for docs/results.md")
+    w.add_argument("--name", required=True, help="the summary (benchmarks/reference_runs/<NAME>/)")
+    w.add_argument("--at", type=int, nargs="+", default=[100_000, 150_000, 200_000, 250_000, 300_000],
+                   help="env steps at which to give the validation return")
     c = sub.add_parser("compare", help="plot named summaries side by side, one panel per --panel")
     c.add_argument("--panel", action="append", required=True, metavar="TITLE=NAME,NAME,...",
                    help="a panel: its title and the summaries (benchmarks/reference_runs/<NAME>/) drawn in it")
@@ -519,6 +559,8 @@ def main() -> None:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     elif args.command == "best":
         retest_best(args.name, args.seeds)
+    elif args.command == "rows":
+        print("\n".join(seed_rows(args.name, args.at)))
     elif args.command == "compare":
         compare(args.panel, args.out, args.max_steps, args.overwrite, args.env_steps)
     else:

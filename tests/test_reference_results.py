@@ -271,6 +271,28 @@ def test_compare_by_env_steps_adds_each_runs_warm_up_and_divides_by_its_updates_
     assert not (tmp_path / "m.png").exists()
 
 
+def test_rows_give_each_seeds_tests_and_its_validation_at_env_steps(ref, tmp_path, capsys):
+    def test(mean, ends, returns):
+        return {"test/return": mean, "test/return_std": 12.34, "test/return_min": 98.76, "test/terminated": ends / 4,
+                "test/episodes": 4.0, "episode_returns": returns}
+    folder = tmp_path / "summaries" / "utd2"
+    folder.mkdir(parents=True)
+    args = ["--config", "humanoid_crossq.yaml", "--data.utd_ratio", "2"]  # env step = 5000 + training step / 2
+    curve = [[10000, 1.0], [190000, 2.0], [390000, 3.0], [590000, 4.0]]  # env steps 10k, 100k, 200k, 300k
+    (folder / "seed0.json").write_text(json.dumps({
+        "config": "utd2", "seed": 0, "fit_args": args, "curve": curve, "hours": 2.26, "test": test(500.0, 1, [1]),
+        "test_best": {**test(600.0, 0, [2]),
+                      "checkpoint": "lightning_logs/version_1/checkpoints/best-step390000.ckpt"}}))
+    (folder / "seed1.json").write_text(json.dumps({"config": "utd2", "seed": 1, "fit_args": args, "curve": curve[:2],
+                                                   "hours": 1.0, "test": test(400.0, 2, [3])}))
+    assert ref.seed_rows("utd2", [100_000, 150_000, 300_000])[2:] == [
+        "| 0 | 500.0 ± 12.3 | 99 | 1 | (200k) 600.0 ± 12.3, min 99 | 0 | 2 / 2 / 4 | 2.3 |",
+        "| 1 | 400.0 ± 12.3 | 99 | 2 | not tested (`best`) | – | 2 / 2 / 2 | 1.0 |"]
+    with pytest.raises(SystemExit) as info:
+        ref.seed_rows("nope", [100_000])
+    assert info.value.code == 2 and capsys.readouterr().err.startswith("error: --name nope: no summary in ")
+
+
 @pytest.mark.parametrize("option, why", [
     ("--seed_everything=5", "--seed_everything is set by run itself (from --seeds); leave it out"),
     ("--trainer.default_root_dir",
