@@ -163,10 +163,10 @@ def retest_best(name: str, seeds: list[int]) -> None:
             _refuse(f"{name} seed {seed} has no tested run under {folder} with a summary in {path}; `run` it first")
         summary = json.loads(path.read_text())
         fit_args = summary.get("fit_args") or []
-        if "--config" not in fit_args[:-1]:
+        config, out = option_value(fit_args, "--config"), folder / "best_test"
+        if config is None:
             _refuse(f"{path} does not say the config its run was trained with (fit_args); `run` the seed again")
         ckpt = find_run_checkpoint({"trainer": {"default_root_dir": str(folder)}, "checkpoint": {}}, "best")
-        config, out = fit_args[fit_args.index("--config") + 1], folder / "best_test"
         where = os.path.relpath(ckpt, folder)
         returncode = call(command_to_test(config, seed, out, fit_args, ckpt))
         if returncode:
