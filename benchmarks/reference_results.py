@@ -342,9 +342,17 @@ def table() -> None:
     _plot({name: by_seed for name, by_seed in curves.items() if by_seed})
 
 
-def _early_ends(test: dict) -> int:
-    """Test episodes that the env ended before their time limit."""
-    return round(test["test/terminated"] * test["test/episodes"])
+def _early_ends(test: dict, row: dict) -> int:
+    """Test episodes that the env ended before their time limit (a summary from before ``test/terminated``: the
+    episodes shorter than the env's registered limit)."""
+    if "test/terminated" in test:
+        return round(test["test/terminated"] * test["test/episodes"])
+    import gymnasium
+
+    import td3_lightning.envs  # noqa: F401  (registers the package's envs)
+
+    limit = gymnasium.spec(data_setting(row, "env_id")).max_episode_steps
+    return sum(length < limit for length in test["episode_lengths"])
 
 
 def seed_rows(name: str, milestones: list[int]) -> list[str]:
@@ -370,9 +378,9 @@ def seed_rows(name: str, milestones: list[int]) -> list[str]:
                 test.get("episode_returns")
             chosen = f"{at}the final policy" if same else \
                 f"{at}{best['test/return']:.1f} ± {best['test/return_std']:.1f}, min {best['test/return_min']:.0f}"
-            best_ends = str(_early_ends(best))
+            best_ends = str(_early_ends(best, row))
         lines.append(f"| {row['seed']} | {test['test/return']:.1f} ± {test['test/return_std']:.1f} | "
-                     f"{test['test/return_min']:.0f} | {_early_ends(test)} | {chosen} | {best_ends} | {val} | "
+                     f"{test['test/return_min']:.0f} | {_early_ends(test, row)} | {chosen} | {best_ends} | {val} | "
                      f"{row['hours']:.1f} |")
     return lines
 
@@ -459,24 +467,29 @@ def option_value(args: list[str], option: str) -> str | None:
     return found
 
 
-def env_steps_of(row: dict) -> Callable[[float], float]:
-    """A summarised run's training step -> env step: ``warmup_steps + step / utd_ratio``, the two from its config
-    (``data.*``, or the fit's defaults) and its fit options, which win (a summary without them: its config's name)."""
+def data_setting(row: dict, name: str):
+    """A summarised run's ``data.<name>``: from its fit options, which win, else its config (a summary without fit
+    options: its config's name), else the fit's default."""
     import yaml
 
     from td3_lightning.data import ReplayDataModule
 
     args = row.get("fit_args") or ["--config", f"{row.get('config', '')}.yaml"]
-    given = Path(option_value(args, "--config") or "")
-    config = given if given.is_file() else PACKAGE_CONFIGS / given.name
+    given = option_value(args, f"--data.{name}")
+    if given is not None:
+        return yaml.safe_load(given)
+    path = Path(option_value(args, "--config") or "")
+    config = path if path.is_file() else PACKAGE_CONFIGS / path.name
     if not config.is_file():
-        _refuse(f"--env_steps: the config {given} of {row.get('config')} seed {row.get('seed')} is not here (nor "
+        _refuse(f"--env_steps: the config {path} of {row.get('config')} seed {row.get('seed')} is not here (nor "
                 "bundled), so its warm-up is unknown; plot by training steps (leave --env_steps out)")
     data = (yaml.safe_load(config.read_text()) or {}).get("data") or {}
-    defaults = inspect.signature(ReplayDataModule).parameters
-    warmup = float(option_value(args, "--data.warmup_steps") or data.get("warmup_steps",
-                                                                            defaults["warmup_steps"].default))
-    utd = float(option_value(args, "--data.utd_ratio") or data.get("utd_ratio", defaults["utd_ratio"].default))
+    return data.get(name, inspect.signature(ReplayDataModule).parameters[name].default)
+
+
+def env_steps_of(row: dict) -> Callable[[float], float]:
+    """A summarised run's training step -> env step: ``warmup_steps + step / utd_ratio`` (:func:`data_setting`)."""
+    warmup, utd = float(data_setting(row, "warmup_steps")), float(data_setting(row, "utd_ratio"))
     return lambda step: warmup + step / utd
 
 

@@ -293,6 +293,18 @@ def test_rows_give_each_seeds_tests_and_its_validation_at_env_steps(ref, tmp_pat
     assert info.value.code == 2 and capsys.readouterr().err.startswith("error: --name nope: no summary in ")
 
 
+def test_rows_count_early_ends_from_episode_lengths_in_a_summary_without_terminated(ref, tmp_path):
+    folder = tmp_path / "summaries" / "old"
+    folder.mkdir(parents=True)
+    for seed, args in enumerate([["--config", "humanoid_crossq.yaml"],  # Humanoid-v5: 1000 steps
+                                 ["--config", "humanoid_crossq.yaml", "--data.env_id", "Pendulum-v1"]]):  # 200
+        test = {"test/return": 1.0, "test/return_std": 0.0, "test/return_min": 1.0, "test/episodes": 4.0,
+                "episode_returns": [1.0] * 4, "episode_lengths": [1000, 999, 200, 150]}
+        (folder / f"seed{seed}.json").write_text(json.dumps({"config": "old", "seed": seed, "fit_args": args,
+                                                             "curve": [[95000, 7.0]], "hours": 1.0, "test": test}))
+    assert [row.split(" | ")[3] for row in ref.seed_rows("old", [100_000])[2:]] == ["3", "1"]
+
+
 @pytest.mark.parametrize("option, why", [
     ("--seed_everything=5", "--seed_everything is set by run itself (from --seeds); leave it out"),
     ("--trainer.default_root_dir",
