@@ -181,6 +181,12 @@ def test_clipped_targets_keep_the_next_value_in_the_range_seen_before_the_last_r
     assert (fresh.low.item(), fresh.high.item()) == (0.0, 0.0)
 
 
+def test_a_module_with_value_clipping_passes_the_weights_guard_before_its_first_update():
+    model = make(value_clipping=True, target_update_every=10)  # a sanity validation or a checkpoint at step 0
+    model.check_finite(action="; not evaluating them")  # before: "non-finite weights in ...seen_low"
+    assert all(torch.isfinite(v).all() for v in model.state_dict().values() if v.is_floating_point())
+
+
 def test_value_clipping_takes_its_bounds_at_the_hard_target_updates_and_resumes_exactly(tmp_path):
     kw = dict(target_update_every=10, value_clipping=True)
     _, model, _, _ = _fit(tmp_path / "a", 25, **kw)

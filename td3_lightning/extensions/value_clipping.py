@@ -31,8 +31,9 @@ class ClippedTargetValue(TargetValue):
         super().__init__()
         self.register_buffer("low", torch.zeros(()))
         self.register_buffer("high", torch.zeros(()))
-        self.register_buffer("seen_low", torch.tensor(float("inf")))
-        self.register_buffer("seen_high", torch.tensor(float("-inf")))
+        # nothing seen yet: an empty range (finite, as the weights' guard wants every float buffer)
+        self.register_buffer("seen_low", torch.tensor(torch.finfo(torch.float32).max))
+        self.register_buffer("seen_high", torch.tensor(torch.finfo(torch.float32).min))
 
     @torch.no_grad()
     def forward(self, reward: Tensor, discount: Tensor, next_q: Tensor) -> Tensor:
@@ -43,6 +44,6 @@ class ClippedTargetValue(TargetValue):
 
     @torch.no_grad()
     def refresh(self) -> None:
-        seen = torch.isfinite(self.seen_low)  # no target yet: the bounds stay (no host sync either way)
+        seen = self.seen_low <= self.seen_high  # no target yet: the bounds stay (no host sync either way)
         self.low.copy_(torch.where(seen, self.seen_low, self.low))
         self.high.copy_(torch.where(seen, self.seen_high, self.high))
