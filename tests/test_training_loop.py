@@ -162,6 +162,18 @@ def test_reset_networks_draws_fresh_weights_in_place_and_zeroes_adam(tmp_path):
     assert not torch.equal(second["critic.weights.0"], model.critic.weights[0])
 
 
+def test_a_reset_keeps_the_observation_statistics_and_value_clippings_bounds(tmp_path):
+    _, model, _, _ = _fit(tmp_path, 40, normalize_obs=True, value_clipping=True, target_update_every=10)
+    kept = {k: v.clone() for k, v in model.state_dict().items() if "normalizer." in k or "target_value." in k}
+    bounds = kept["extensions.target_value.low"], kept["extensions.target_value.high"]
+    assert kept["actor.normalizer.count"].item() > 0 and bounds[0] < bounds[1]
+    weight = model.actor.net[0].weight.clone()
+    reset_networks(model)
+    for name, tensor in kept.items():
+        assert torch.equal(tensor, model.state_dict()[name]), name  # the data's statistics, not learned
+    assert not torch.equal(weight, model.actor.net[0].weight)
+
+
 def test_reset_steps_must_be_positive_training_steps():
     from td3_lightning.errors import UserInputError
 

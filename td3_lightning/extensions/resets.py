@@ -28,13 +28,19 @@ class NetworkResets(StepHook):
         if step in self.steps:
             reset_networks(module)
 
-#: what a reset keeps: the policy checkpoint and the return it was assessed on
-KEPT = ("policy_checkpoint.",)
+#: what a reset keeps besides the buffer: the policy checkpoint and the return it was assessed on, value clipping's
+#: bounds, and the observation statistics (the data's, not learned): the fresh networks read what the old ones did
+KEPT = ("policy_checkpoint.", "extensions.target_value.")
+KEPT_PARTS = (".normalizer.",)
+
+
+def _kept(name: str) -> bool:
+    return name.startswith(KEPT) or any(part in name for part in KEPT_PARTS)
 
 
 def reset_networks(module: Any) -> None:
     """Fresh weights for the actor, the critics and their targets, as a new module would draw them,
-    and zeroed Adam states; a policy checkpoint (``model.policy_checkpoints``) is kept.
+    and zeroed Adam states; what :data:`KEPT` names is kept.
 
     The weights are copied into the existing tensors, so optimizers and compiled steps keep working
     on them. The fresh module is built from the saved hyperparameters. Its seed comes from the
@@ -50,7 +56,7 @@ def reset_networks(module: Any) -> None:
     mine, new = module.state_dict(), fresh.state_dict()
     with torch.no_grad():
         for name, tensor in mine.items():
-            if name in new and tensor.is_floating_point() and not name.startswith(KEPT):
+            if name in new and tensor.is_floating_point() and not _kept(name):
                 tensor.copy_(new[name])
     for optimizer in module.optimizers():
         for state in optimizer.optimizer.state.values():
