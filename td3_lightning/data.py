@@ -381,6 +381,15 @@ class ReplayDataModule(L.LightningDataModule):
         """The memory a fit's replay buffer takes (counted on the meta device: nothing is allocated)."""
         return tensor_bytes(self._make_buffer(torch.device("meta")))
 
+    def transitions_after(self, max_steps: int) -> int:
+        """The transitions in the buffer after ``max_steps`` training steps (-1: no limit): the warm-up's and
+        ``ceil(max_steps / utd_ratio)`` more, each in whole steps of the ``num_envs`` envs, at most its capacity."""
+        if max_steps < 0:
+            return self.buffer_size
+        n = self.num_envs
+        warmup, more = self.warmup_steps, math.ceil(max_steps / self.utd_ratio - 1e-9)
+        return min(self.buffer_size, (-(-warmup // n) + -(-more // n)) * n)
+
     def _device(self) -> torch.device:
         trainer = self.trainer
         return trainer.strategy.root_device if trainer is not None else torch.device("cpu")

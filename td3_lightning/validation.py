@@ -185,8 +185,7 @@ def _replay_resources(trainer: L.Trainer, data: Any) -> None:
     checkpoint = trainer.checkpoint_callback
     if not data.save_replay or checkpoint is None:
         return
-    max_steps = trainer.max_steps
-    filled = data.buffer_size if max_steps < 0 else min(data.buffer_size, data.warmup_steps + max_steps * data.num_envs)
+    filled = data.transitions_after(trainer.max_steps)
     if checkpoint.save_last:
         where, copies = "last.ckpt holds", 2  # and its replacement, written beside it
     else:

@@ -39,6 +39,7 @@ def test_updates_and_transitions_follow_the_utd_ratio(num_envs, utd_ratio, vecto
     assert loop.train_transitions == transitions
     warmup = -(-12 // num_envs) * num_envs  # the warm-up fills whole vector steps
     assert loop.env_steps == len(dm.buffer) == warmup + transitions
+    assert dm.transitions_after(40) == len(dm.buffer)  # what the fit's disk check counts on
 
 
 @pytest.mark.parametrize("vector_mode", ["sync", "async"])
