@@ -48,6 +48,7 @@ from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchC
 from td3_lightning import _lightning
 from td3_lightning.errors import CKPT_PATH_TAKES, UserInputError, check_checkpoint_file, shipped_path
 from td3_lightning.extensions.policy_checkpoints import policy_version
+from td3_lightning.replay import LAYOUT_KEYS
 from td3_lightning.resources import gigabytes
 
 _PATH = Union[str, "os.PathLike[str]"]
@@ -358,6 +359,7 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
         "action_shape": (len(low),) if low is not None else None,
         "action_bounds": (list(low), list(high)) if low is not None and high is not None else None,
         "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
+        "replay_layout": {k: replay[k] for k in LAYOUT_KEYS if k in replay} if isinstance(replay, dict) else None,
         "data_options": data.get("options") if isinstance(data, dict) else None,
         "processes": int(data.get("world_size", 1)) if isinstance(data, dict) and data else None,
         "resumable": all(k in ckpt for k in ("optimizer_states", "loops")),

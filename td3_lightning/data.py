@@ -381,6 +381,11 @@ class ReplayDataModule(L.LightningDataModule):
         """The memory a fit's replay buffer takes (counted on the meta device: nothing is allocated)."""
         return tensor_bytes(self._make_buffer(torch.device("meta")))
 
+    def check_replay_layout(self, layout: dict[str, Any]) -> None:
+        """Raise ValueError, naming what to set, when this run's buffer cannot continue one saved with ``layout``
+        (built on the meta device: nothing is allocated)."""
+        self._make_buffer(torch.device("meta")).check_layout(layout)
+
     def transitions_after(self, max_steps: int) -> int:
         """The transitions in the buffer after ``max_steps`` training steps (-1: no limit): the warm-up's and
         ``ceil(max_steps / utd_ratio)`` more, each in whole steps of the ``num_envs`` envs, at most its capacity."""
@@ -576,7 +581,10 @@ class ReplayDataModule(L.LightningDataModule):
             return
         state = unpack_rank_state(self.trainer, state, "replay buffer")
         if state.get("replay") is not None:
-            self.buffer.load_state_dict(state["replay"])
+            try:
+                self.buffer.load_state_dict(state["replay"])
+            except ValueError as error:  # a layout this run's options cannot continue: the message names the fix
+                raise UserInputError(f"cannot resume: {error}") from None
         else:
             why = "a best checkpoint: its run's last.ckpt holds it" if state.get("replay_left_out") \
                 else "data.save_replay was off"

@@ -14,6 +14,8 @@ from td3_lightning.samplers import LAPSampler
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
 #: the privileged observations of a transition, for an asymmetric critic (``critic_obs_shape``)
 CRITIC_FIELDS = ("critic_obs", "next_critic_obs")
+#: what a buffer's ``check_layout`` reads of a saved state (a checkpoint's inspection keeps these)
+LAYOUT_KEYS = ("kind", "capacity", "num_streams", "frame_capacity")
 #: the fields an n-step transition takes from its last step
 _END_FIELDS = ("next_obs", "terminated", "next_critic_obs")
 
@@ -256,8 +258,9 @@ class ReplayBuffer(_Replay):
             state["sampler"] = self.sampler.state_dict(n)
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore contents saved by :meth:`state_dict` (the capacity must match)."""
+    def check_layout(self, state: dict[str, Any]) -> None:
+        """Raise ValueError (naming the option to set) when this buffer cannot continue a saved one: another kind,
+        capacity or, for n-step sums, env count. Reads only the ``LAYOUT_KEYS`` of ``state``."""
         if state.get("kind") == "frame_stack":
             raise ValueError("the checkpoint's replay buffer stores shared frames (data.frame_stack), this run "
                              "stores whole observations: resume with the data.frame_stack the checkpoint was "
@@ -272,6 +275,10 @@ class ReplayBuffer(_Replay):
             raise ValueError(f"the checkpoint's replay buffer holds the rows of {streams} env(s) side by side, this "
                              f"run steps {self.num_streams}: n-step sums would follow the wrong rows; set "
                              f"data.num_envs to {streams} (or data.n_step to 1)")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore contents saved by :meth:`state_dict` (:meth:`check_layout` first)."""
+        self.check_layout(state)
         n = int(state["size"])
         for f in FIELDS:
             src = state[f]
@@ -507,6 +514,7 @@ class FrameStackReplay(_Replay):
             "kind": "frame_stack",
             "capacity": self.capacity,
             "frame_capacity": self.frame_capacity,
+            "num_streams": self.num_streams,
             "pos": self.pos,
             "size": self.size,
             "added": self.added,
@@ -523,16 +531,21 @@ class FrameStackReplay(_Replay):
             **self._critic_state(filled),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore contents saved by :meth:`state_dict` (capacities must match)."""
+    def check_layout(self, state: dict[str, Any]) -> None:
+        """Raise ValueError (naming the options to set) when this buffer cannot continue a saved one: another kind,
+        capacity or frame ring (its size follows the env count). Reads only the ``LAYOUT_KEYS`` of ``state``."""
         if state.get("kind") != "frame_stack":
             raise ValueError("the checkpoint's replay buffer stores whole observations, not shared frames: "
                              "resume with the data.frame_stack the checkpoint was trained with")
+        envs = f"data.num_envs {state['num_streams']}" if "num_streams" in state else "the same data.num_envs"
         for key in ("capacity", "frame_capacity"):
             if int(state[key]) != getattr(self, key):
                 raise ValueError(f"replay buffer {key} mismatch: checkpoint has {state[key]}, this run has "
-                                 f"{getattr(self, key)}; set data.buffer_size to {state['capacity']} and the same "
-                                 "data.num_envs")
+                                 f"{getattr(self, key)}; set data.buffer_size to {state['capacity']} and {envs}")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore contents saved by :meth:`state_dict` (:meth:`check_layout` first)."""
+        self.check_layout(state)
         if tuple(state["frames"].shape[1:]) != self.frame_shape:
             raise ValueError(f"replay frames have shape {tuple(state['frames'].shape[1:])} in the checkpoint but "
                              f"{self.frame_shape} in this run: the checkpoint belongs to another environment")

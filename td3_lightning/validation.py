@@ -105,6 +105,11 @@ def _checkpoint_against_run(facts: dict[str, Any], trainer: L.Trainer, data: Any
         if capacity is not None and capacity != data.buffer_size:
             raise UserInputError(f"checkpoint replay buffer capacity {capacity} != data.buffer_size "
                                  f"{data.buffer_size} ({path}); set data.buffer_size {capacity} to resume it")
+        if facts["replay_layout"] is not None:
+            try:
+                data.check_replay_layout(facts["replay_layout"])
+            except ValueError as error:
+                raise UserInputError(f"cannot resume {path}: {error}") from None
         if changed := data.changed_training_options(facts["data_options"], path):
             warnings += (changed,)
     trained_id, trained_kwargs = facts["env"]

@@ -544,6 +544,25 @@ def test_a_resume_keeps_lap_priorities_and_is_told_other_data_options(tmp_path, 
     assert changed_training_options(None, uniform, "x.ckpt") is None  # a checkpoint from before they were recorded
 
 
+def test_a_resume_its_replay_layout_cannot_continue_is_one_line_before_anything_is_written(tmp_path, monkeypatch,
+                                                                                              capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", *RUN, "--data.n_step", "2"])
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    resume = ["fit", *RUN, "--data.n_step", "2", "--trainer.max_steps", "90", "--ckpt_path", "last"]
+    assert _error_line([*resume, "--data.num_envs", "2"], capsys) == (  # before: a ValueError traceback
+        f"error: cannot resume {last}: the checkpoint's replay buffer holds the rows of 1 env(s) side by side, this "
+        "run steps 2: n-step sums would follow the wrong rows; set data.num_envs to 1 (or data.n_step to 1)")
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]  # nothing written
+    from td3_lightning.data import ReplayDataModule
+
+    dm = ReplayDataModule("Pendulum-v1", buffer_size=5000, warmup_steps=100, n_step=2, num_envs=2)
+    dm.buffer = dm._make_buffer(torch.device("cpu"))  # a Python user's trainer.fit restores without the CLI's check
+    state = torch.load(last, weights_only=True)["ReplayDataModule"]
+    with pytest.raises(UserInputError, match=r"^cannot resume: the checkpoint's replay buffer holds the rows of 1 "):
+        dm.load_state_dict(state)
+
+
 @pytest.mark.parametrize("kwargs, error", [
     ("{aid_features: maybe}", "error: data.env_kwargs.aid_features 'maybe': a value that 'CarRacingState-v0' "
                               "refuses: aid_features must be true or false, got 'maybe'; fix it"),

@@ -11,7 +11,7 @@ from td3_lightning import TD3
 from td3_lightning.cli import main
 from td3_lightning.envs import register_envs
 from td3_lightning.envs.car_racing_pixels import CarRacingPixels
-from td3_lightning.replay import FrameStackReplay, ReplayBuffer
+from td3_lightning.replay import LAYOUT_KEYS, FrameStackReplay, ReplayBuffer
 
 register_envs()
 SMALL = {"resize": 40, "action_repeat": 4, "max_episode_frames": 200}
@@ -139,6 +139,10 @@ def test_frame_replay_state_dict_round_trip(drives):
     assert all(torch.equal(s1[k], s2[k]) for k in s1)
     with pytest.raises(ValueError, match="capacity mismatch"):
         FrameStackReplay(90, a[0][0].shape, 3, frame_stack=4).load_state_dict(buf.state_dict())
+    two = FrameStackReplay(100, a[0][0].shape, 3, frame_stack=4, num_streams=2)  # a frame ring for 2 envs
+    with pytest.raises(ValueError, match=r"frame_capacity mismatch: .*; set data.buffer_size to 100 and "
+                                         r"data.num_envs 1$"):
+        two.check_layout({k: v for k, v in buf.state_dict().items() if k in LAYOUT_KEYS})
     # either kind of buffer refuses the other's state in one line, whichever way round
     with pytest.raises(ValueError, match="resume with the data.frame_stack the checkpoint was trained with"):
         ReplayBuffer(100, a[0][0].shape, 3).load_state_dict(buf.state_dict())
