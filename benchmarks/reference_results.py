@@ -119,8 +119,11 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
         owner = next((o for o in RUN_SETS if option == o or option.startswith(o + ".")), None)
         if owner:
             _refuse(f"{option} {RUN_SETS[owner]}; leave it out")
+    for option in ("--checkpoint.save_last", "--trainer.enable_checkpointing"):
+        if str(option_value(extra, option)).lower() in ("false", "0", "no", "off"):
+            _refuse(f"{option} false: run continues and tests each seed from its last.ckpt; leave it out")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-        raise SystemExit(f"error: --name {name!r} must be a folder name (letters, digits, '_', '-', '.')")
+        _refuse(f"--name {name!r} must be a folder name (letters, digits, '_', '-', '.')")
     folders = [ROOT / name / f"seed{seed}" for seed in seeds]
     kept = [summary_path(name, f) for f in folders if seed_state(f) == "new" and summary_path(name, f).exists()]
     if kept and not overwrite:
@@ -155,6 +158,7 @@ def retest_best(name: str, seeds: list[int]) -> None:
     of its final policy, and add the results to the seed's summary as ``test_best`` (with the checkpoint's path
     in the seed folder). A seed needs its run under ``runs/`` and its summary (``run`` writes both)."""
     from td3_lightning.checkpointing import find_run_checkpoint
+    from td3_lightning.errors import UserInputError
 
     for seed in seeds:
         folder = ROOT / name / f"seed{seed}"
@@ -166,7 +170,10 @@ def retest_best(name: str, seeds: list[int]) -> None:
         config, out = option_value(fit_args, "--config"), folder / "best_test"
         if config is None:
             _refuse(f"{path} does not say the config its run was trained with (fit_args); `run` the seed again")
-        ckpt = find_run_checkpoint({"trainer": {"default_root_dir": str(folder)}, "checkpoint": {}}, "best")
+        try:
+            ckpt = find_run_checkpoint({"trainer": {"default_root_dir": str(folder)}, "checkpoint": {}}, "best")
+        except UserInputError as error:  # no best checkpoint kept (a run without validation)
+            _refuse(f"{name} seed {seed}: {error}")
         where = os.path.relpath(ckpt, folder)
         returncode = call(command_to_test(config, seed, out, fit_args, ckpt))
         if returncode:

@@ -94,7 +94,7 @@ def test_run_skips_tested_seeds_and_continues_unfinished_ones(ref, tmp_path, mon
     assert test == [sys.executable, "-m", "td3_lightning", "test", *common, "--ckpt_path", str(ckpt)]
 
 
-def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_path, monkeypatch):
+def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_path, monkeypatch, capsys):
     calls: list[list[str]] = []
     variant = tmp_path / "walker2d_ln" / "seed0"
 
@@ -120,8 +120,9 @@ def test_run_with_a_name_keeps_a_variant_in_its_own_folder_and_summary(ref, tmp_
     summary = json.loads((tmp_path / "summaries" / "walker2d_ln" / "seed0.json").read_text())
     assert summary["test"] == {"test/return": 5.0}
     assert summary["fit_args"] == ["--config", "walker2d.yaml", *extra]
-    with pytest.raises(SystemExit, match="must be a folder name"):
+    with pytest.raises(SystemExit) as info:
         ref.run("walker2d.yaml", [0], [], name="../elsewhere")
+    assert info.value.code == 2 and "--name '../elsewhere' must be a folder name" in capsys.readouterr().err
 
 
 def test_run_refuses_to_replace_a_summary_without_its_run_and_stops_at_a_failed_command(ref, tmp_path, monkeypatch,
@@ -321,6 +322,19 @@ def test_run_refuses_a_passed_option_that_it_sets_itself(ref, tmp_path, monkeypa
     assert calls == [] and not (tmp_path / "pendulum").exists()
 
 
+@pytest.mark.parametrize("args", [["--checkpoint.save_last", "false"], ["--trainer.enable_checkpointing=False"]])
+def test_run_refuses_to_switch_off_the_last_ckpt_it_continues_and_tests_from(ref, tmp_path, monkeypatch, capsys,
+                                                                                args):
+    calls: list[list[str]] = []
+    monkeypatch.setattr(ref, "call", lambda cmd: calls.append(cmd))
+    with pytest.raises(SystemExit) as info:  # before: hours of training, then no last.ckpt to test
+        ref.run("pendulum.yaml", [0], args)
+    option = args[0].split("=")[0]
+    assert info.value.code == 2 and capsys.readouterr().err == (
+        f"error: {option} false: run continues and tests each seed from its last.ckpt; leave it out\n")
+    assert calls == [] and not (tmp_path / "pendulum").exists()
+
+
 @pytest.mark.parametrize("out, max_steps, message", [
     ("c.txt", None, "--out {d}/c.txt: name an image file by its type, e.g. {d}/c.png (.png, .svg, .pdf or another "
                     "type matplotlib writes)"),
@@ -360,6 +374,18 @@ def test_a_sigterm_to_the_script_stops_the_command_it_runs(ref, tmp_path):
     assert ref.call([sys.executable, "-c", child]) == 143
     assert marker.read_text() == "x" and time.monotonic() - start < 30
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the script's own handling is back
+
+
+def test_best_of_a_seed_without_a_best_checkpoint_is_one_line(ref, tmp_path, monkeypatch, capsys):
+    (_version_dir(tmp_path / "ant_td7" / "seed1", 0) / "test_results.json").write_text('{"test/return": 1.0}')
+    summary = tmp_path / "summaries" / "ant_td7" / "seed1.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text(json.dumps({"seed": 1, "test": {}, "fit_args": ["--config", "ant_td7.yaml"]}))
+    monkeypatch.setattr(ref, "call", lambda cmd: pytest.fail("nothing to test"))
+    with pytest.raises(SystemExit) as info:  # before: a UserInputError traceback
+        ref.retest_best("ant_td7", [1])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.startswith("error: ant_td7 seed 1: ") and err.count("\n") == 1
 
 
 def test_best_tests_each_seeds_best_validated_checkpoint_into_its_summary(ref, tmp_path, monkeypatch, capsys):
