@@ -106,10 +106,3 @@ def wants_cuda(trainer: Mapping[str, Any]) -> bool:
     """Whether parsed ``trainer`` options run on CUDA here (``accelerator`` auto, gpu or cuda, and a GPU present)."""
     accelerator = trainer.get("accelerator") or "auto"
     return isinstance(accelerator, str) and accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
-
-
-def requested_processes(trainer: Mapping[str, Any]) -> int:
-    """How many processes parsed ``trainer`` options ask for: devices (:func:`device_count`) times nodes."""
-    nodes = trainer.get("num_nodes") or 1
-    devices = device_count(trainer.get("devices") or "auto", wants_cuda(trainer))
-    return devices * (nodes if isinstance(nodes, int) else 1)

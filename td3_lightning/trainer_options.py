@@ -235,9 +235,3 @@ def lightning_refusal(err: Exception, group: str, options: Mapping[str, Any], ki
                else f"; this machine has no such device: {use}")
         return UserInputError(f"Lightning refuses {what}: {text.split(' HINT:')[0].rstrip('.!')}{fix}")
     return UserInputError(f"Lightning refuses {what}: {text}")
-
-
-def validation_steps(trainer: Mapping[str, Any]) -> int | None:
-    """The training steps between validations (None: a time, or none set)."""
-    interval = trainer.get("val_check_interval")
-    return interval if _is_int(interval) else None
