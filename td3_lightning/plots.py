@@ -1,4 +1,4 @@
-"""The learning curve: training and evaluation return against environment steps."""
+"""The learning curve: training and evaluation return against training steps."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def draw_learning_curve(
     if val:
         steps, returns = np.array(val, dtype=float).T
         ax.plot(steps, returns, "o-", color="tab:orange", label="evaluation (deterministic)")
-    ax.set_xlabel("training steps (env steps after warm-up)")
+    ax.set_xlabel("training steps")
     ax.set_ylabel("episode return")
     if title:
         ax.set_title(title)
