@@ -127,17 +127,23 @@ class ReplayChunk:
     def __init__(self, datamodule: ReplayDataModule, first: dict[str, Tensor]) -> None:
         self.datamodule, self.first = datamodule, first
         self.steps = 0  # batches handed out so far
+        self.device: torch.device | None = None  # where to move each batch (a buffer off the training device)
 
     def __iter__(self) -> Iterator[dict[str, Tensor]]:
         dm = self.datamodule
         self.steps = 1
-        yield self.first
+        yield self._on_device(self.first)
         while not dm.chunk_ends():
             batch = dm.next_batch()
             dm.num_consumed += 1
             dm.collect()  # the env steps of this training step
             self.steps += 1
-            yield batch
+            yield self._on_device(batch)
+
+    def _on_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        if self.device is None:
+            return batch
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
 
 class ReplayDataModule(L.LightningDataModule):
@@ -425,6 +431,8 @@ class ReplayDataModule(L.LightningDataModule):
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         # replay batches are sampled on the training device: skip Lightning's walk over the batch
         if isinstance(batch, ReplayChunk):
+            buffer = self.buffer
+            batch.device = device if buffer is not None and buffer.device != device else None  # data.buffer_device
             return batch
         if isinstance(batch, dict) and all(isinstance(v, Tensor) and v.device == device for v in batch.values()):
             return batch

@@ -152,3 +152,16 @@ def test_a_sigterm_ends_the_chunk_after_the_current_step():
     with pytest.raises(SIGTERMException):
         _train(4, callbacks=[Record()])
     assert steps == [5]  # the first chunk (4 steps) and one step of the second
+
+
+def test_a_chunk_moves_each_batch_to_the_training_device_when_the_buffer_lives_elsewhere():
+    from td3_lightning.data import ReplayChunk
+
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=60, buffer_device="cpu")
+    dm.buffer = dm._make_buffer(torch.device("cpu"))
+    first = {"obs": torch.ones(8, 2), "reward": torch.zeros(8)}
+    chunk = dm.transfer_batch_to_device(ReplayChunk(dm, first), torch.device("meta"), 0)  # a GPU's place
+    moved = next(iter(chunk))  # before: the buffer's CPU tensors, fed to the GPU's networks
+    assert {v.device.type for v in moved.values()} == {"meta"} and moved["obs"].shape == (8, 2)
+    same = dm.transfer_batch_to_device(ReplayChunk(dm, first), torch.device("cpu"), 0)
+    assert next(iter(same)) is first  # on the training device already: handed over as sampled
