@@ -7,6 +7,8 @@ from typing import Any
 
 from torch import Tensor
 
+from td3_lightning.errors import UserInputError
+
 
 @dataclass(frozen=True)
 class LinearSchedule:
@@ -67,6 +69,17 @@ class Schedules:
         if self.lr.final != self.lr.start:
             out["train/lr_factor"] = self.lr.at(step, run_length)
         return out
+
+
+def check_schedule_length(hp: Any, max_steps: int | None) -> None:
+    """A schedule over the run's length (``schedule_steps`` null) needs one: refused with ``trainer.max_steps`` -1,
+    where it would hold its final values from the first step."""
+    scheduled = [name for name, on in (
+        ("model.exploration_noise_final", hp.get("exploration_noise_final") not in (None, hp.get("exploration_noise"))),
+        ("model.lr_final_factor", hp.get("lr_final_factor", 1.0) != 1.0)) if on]
+    if scheduled and hp.get("schedule_steps") is None and (max_steps is None or max_steps < 0):
+        raise UserInputError(f"{' and '.join(scheduled)} schedule over trainer.max_steps, which is -1 (no limit): set "
+                             "model.schedule_steps to the training steps the schedule takes, or a trainer.max_steps")
 
 
 def run_length(module: Any) -> int | None:

@@ -35,6 +35,7 @@ from td3_lightning.resources import (
     warn_if_disk_short,
 )
 from td3_lightning.rules import idle_options
+from td3_lightning.schedules import check_schedule_length
 
 #: the stages (fit, validate, test) of each Trainer that have passed :func:`validate_run`
 _validated: weakref.WeakKeyDictionary[L.Trainer, set[str]] = weakref.WeakKeyDictionary()
@@ -54,6 +55,7 @@ def validate_run(trainer: L.Trainer, model: L.LightningModule, data: Any, stage:
         check_policy_checkpoint_options(model.hparams, {"num_envs": data.num_envs}, trainer.world_size,
                                         resumed=checkpoint is not None)
         check_batch_renorm_processes(model.hparams, trainer.world_size, resumed=checkpoint is not None)
+        check_schedule_length(model.hparams, trainer.max_steps)
         _replay_resources(trainer, data)
         if model.hparams.get("teacher"):  # read when fitting starts
             check_teacher(model.hparams.teacher, model.hparams)

@@ -136,6 +136,9 @@ def test_bad_checkpoint_one_line_nothing_written(
          "error: invalid value for data.priority_alpha: expected a float (a finite number), got 'nan'"),
         (["--trainer.max_steps", "1.5"], None,
          "error: invalid value for trainer.max_steps: expected an int, got '1.5'"),
+        (["--trainer.max_steps", "-1", "--trainer.max_time", "00:00:01:00", "--model.lr_final_factor", "0.1"], None,
+         "error: model.lr_final_factor schedule over trainer.max_steps, which is -1 (no limit): set "
+         "model.schedule_steps to the training steps the schedule takes, or a trainer.max_steps"),
         (["--seed_everything", "abc"], None,
          "error: invalid value for seed_everything: expected one of bool, int, got 'abc'"),
         ([], {"model": {"gamme": 0.9}},
@@ -202,7 +205,8 @@ def test_bad_checkpoint_one_line_nothing_written(
          "error: invalid value for data.env_kwargs: expected one of dict[str, Any], None, got '{max_torque:' (the "
          "shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"),
     ],
-    ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "wrong-union", "config-unknown-key",
+    ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "schedule-without-a-length", "wrong-union",
+         "config-unknown-key",
          "config-wrong-type", "config-unknown-trainer-key", "misspelt-group", "config-misspelt-group",
          "a-prefix-is-not-the-option", "option-outside-its-group",
          "option-a-prefix-of-others", "unquoted-list", "config-option-outside-its-group",

@@ -254,6 +254,20 @@ def test_schedules_default_to_the_run_length_and_to_constants():
     assert abs(decaying.exploration_noise_at(100) - 0.05) < 1e-12  # halfway through max_steps
 
 
+def test_a_schedule_over_the_run_length_needs_a_step_limit():
+    from td3_lightning.errors import UserInputError
+    from td3_lightning.schedules import check_schedule_length
+
+    hp = {"exploration_noise": 0.1, "exploration_noise_final": 0.0, "lr_final_factor": 1.0, "schedule_steps": None}
+    check_schedule_length(hp, 1000)
+    with pytest.raises(UserInputError, match=r"^model.exploration_noise_final schedule over trainer.max_steps, "):
+        check_schedule_length(hp, -1)
+    check_schedule_length({**hp, "schedule_steps": 500}, -1)  # its own length
+    check_schedule_length({**hp, "exploration_noise_final": 0.1}, -1)  # constant: no schedule
+    with pytest.raises(UserInputError, match=r"^model.lr_final_factor schedule"):
+        check_schedule_length({**hp, "exploration_noise_final": None, "lr_final_factor": 0.5}, None)
+
+
 class _GradNormWatcher(Callback):
     """A callback that looks at every optimizer step, as gradient-norm loggers do."""
 
