@@ -120,8 +120,12 @@ def run(config: str, seeds: list[int], extra: list[str], name: str | None = None
         if owner:
             _refuse(f"{option} {RUN_SETS[owner]}; leave it out")
     for option in ("--checkpoint.save_last", "--trainer.enable_checkpointing"):
-        if str(option_value(extra, option)).lower() in ("false", "0", "no", "off"):
-            _refuse(f"{option} false: run continues and tests each seed from its last.ckpt; leave it out")
+        given = option_value(extra, option)
+        value = given if given is not None else config_value(config, option[2:])
+        if value is not None and str(value).lower() in ("false", "0", "no", "off", "null", "none"):
+            where = "" if given is not None else f" (in {config})"
+            _refuse(f"{option[2:]} {value}{where}: run continues and tests each seed from its last.ckpt; leave it "
+                    "out")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         _refuse(f"--name {name!r} must be a folder name (letters, digits, '_', '-', '.')")
     folders = [ROOT / name / f"seed{seed}" for seed in seeds]
@@ -172,8 +176,9 @@ def retest_best(name: str, seeds: list[int]) -> None:
             _refuse(f"{path} does not say the config its run was trained with (fit_args); `run` the seed again")
         try:
             ckpt = find_run_checkpoint({"trainer": {"default_root_dir": str(folder)}, "checkpoint": {}}, "best")
-        except UserInputError as error:  # no best checkpoint kept (a run without validation)
-            _refuse(f"{name} seed {seed}: {error}")
+        except UserInputError:
+            _refuse(f"{name} seed {seed}: its run kept no best checkpoint under {folder}/lightning_logs (no "
+                    "validation, or checkpoint.save_top_k 0); leave the seed out of --seeds")
         where = os.path.relpath(ckpt, folder)
         returncode = call(command_to_test(config, seed, out, fit_args, ckpt))
         if returncode:
@@ -485,13 +490,31 @@ def data_setting(row: dict, name: str):
     given = option_value(args, f"--data.{name}")
     if given is not None:
         return yaml.safe_load(given)
-    path = Path(option_value(args, "--config") or "")
-    config = path if path.is_file() else PACKAGE_CONFIGS / path.name
-    if not config.is_file():
-        _refuse(f"--env_steps: the config {path} of {row.get('config')} seed {row.get('seed')} is not here (nor "
+    config = option_value(args, "--config") or ""
+    if config_file(config) is None:
+        _refuse(f"--env_steps: the config {config} of {row.get('config')} seed {row.get('seed')} is not here (nor "
                 "bundled), so its warm-up is unknown; plot by training steps (leave --env_steps out)")
-    data = (yaml.safe_load(config.read_text()) or {}).get("data") or {}
-    return data.get(name, inspect.signature(ReplayDataModule).parameters[name].default)
+    value = config_value(config, f"data.{name}")
+    return value if value is not None else inspect.signature(ReplayDataModule).parameters[name].default
+
+
+def config_file(given: str) -> Path | None:
+    """The config file ``given`` names: a path here, else a bundled config of that name (None: neither)."""
+    path = Path(given)
+    found = path if path.is_file() else PACKAGE_CONFIGS / path.name
+    return found if given and found.is_file() else None
+
+
+def config_value(config: str, dotted: str):
+    """The value of a dotted option (``data.warmup_steps``) in the config file ``config`` (None: not set there, or
+    no such file)."""
+    import yaml
+
+    path = config_file(config)
+    value = yaml.safe_load(path.read_text()) if path is not None else None
+    for key in dotted.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 def env_steps_of(row: dict) -> Callable[[float], float]:

@@ -143,7 +143,7 @@ class ReplayChunk:
     def _on_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         if self.device is None:
             return batch
-        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        return {k: v.to(self.device, non_blocking=self.device.type == "cuda") for k, v in batch.items()}
 
 
 class ReplayDataModule(L.LightningDataModule):

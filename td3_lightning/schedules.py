@@ -22,8 +22,12 @@ class LinearSchedule:
     final: float
     steps: int | None = None
 
+    @property
+    def moves(self) -> bool:
+        return self.final != self.start
+
     def at(self, step: int, default_steps: int | None = None) -> float:
-        if self.final == self.start:
+        if not self.moves:
             return self.start
         total = self.steps if self.steps is not None else default_steps
         progress = 1.0 if not total or total <= 0 else min(1.0, step / total)
@@ -51,7 +55,7 @@ class Schedules:
         """Each optimizer's learning rate at training step ``step`` (counted from 0): its base rate
         times the factor, written into the rate where it is a tensor (a CUDA graph reads it there).
         Nothing to do for constant rates."""
-        if self.lr.final == self.lr.start:
+        if not self.lr.moves:
             return
         factor = self.lr.at(step, run_length)
         for optimizer, base in zip(optimizers, base_lrs):
@@ -64,9 +68,9 @@ class Schedules:
     def metrics(self, step: int, run_length: int | None) -> dict[str, float]:
         """``train/exploration_noise`` and ``train/lr_factor`` where they change during the run."""
         out = {}
-        if self.exploration.final != self.exploration.start:
+        if self.exploration.moves:
             out["train/exploration_noise"] = self.exploration.at(step, run_length)
-        if self.lr.final != self.lr.start:
+        if self.lr.moves:
             out["train/lr_factor"] = self.lr.at(step, run_length)
         return out
 
@@ -74,10 +78,11 @@ class Schedules:
 def check_schedule_length(hp: Any, max_steps: int | None) -> None:
     """A schedule over the run's length (``schedule_steps`` null) needs one: refused with ``trainer.max_steps`` -1,
     where it would hold its final values from the first step."""
-    scheduled = [name for name, on in (
-        ("model.exploration_noise_final", hp.get("exploration_noise_final") not in (None, hp.get("exploration_noise"))),
-        ("model.lr_final_factor", hp.get("lr_final_factor", 1.0) != 1.0)) if on]
-    if scheduled and hp.get("schedule_steps") is None and (max_steps is None or max_steps < 0):
+    schedules = Schedules(hp["exploration_noise"], hp["exploration_noise_final"], hp["lr_final_factor"],
+                          hp["schedule_steps"])
+    scheduled = [name for name, schedule in (("model.exploration_noise_final", schedules.exploration),
+                                             ("model.lr_final_factor", schedules.lr)) if schedule.moves]
+    if scheduled and schedules.lr.steps is None and (max_steps is None or max_steps < 0):
         raise UserInputError(f"{' and '.join(scheduled)} schedule over trainer.max_steps, which is -1 (no limit): set "
                              "model.schedule_steps to the training steps the schedule takes, or a trainer.max_steps")
 

@@ -103,7 +103,7 @@ def _checkpoint_against_run(facts: dict[str, Any], trainer: L.Trainer, data: Any
                                  "checkpoint): test and validate take it, fit cannot resume from it")
         if facts["processes"] is not None:
             check_same_processes(facts["processes"], trainer.world_size)
-        capacity = facts["replay_capacity"]
+        capacity = facts["replay_capacity"]  # before the layout's check: the option to set, said the CLI's way
         if capacity is not None and capacity != data.buffer_size:
             raise UserInputError(f"checkpoint replay buffer capacity {capacity} != data.buffer_size "
                                  f"{data.buffer_size} ({path}); set data.buffer_size {capacity} to resume it")

@@ -322,17 +322,25 @@ def test_run_refuses_a_passed_option_that_it_sets_itself(ref, tmp_path, monkeypa
     assert calls == [] and not (tmp_path / "pendulum").exists()
 
 
-@pytest.mark.parametrize("args", [["--checkpoint.save_last", "false"], ["--trainer.enable_checkpointing=False"]])
+@pytest.mark.parametrize("args, in_config, said", [
+    (["--checkpoint.save_last", "false"], None, "checkpoint.save_last false"),
+    (["--trainer.enable_checkpointing=False"], None, "trainer.enable_checkpointing False"),
+    (["--checkpoint.save_last", "null"], None, "checkpoint.save_last null"),
+    ([], {"checkpoint": {"save_last": False}}, "checkpoint.save_last False (in {config})"),
+])
 def test_run_refuses_to_switch_off_the_last_ckpt_it_continues_and_tests_from(ref, tmp_path, monkeypatch, capsys,
-                                                                                args):
+                                                                                args, in_config, said):
     calls: list[list[str]] = []
     monkeypatch.setattr(ref, "call", lambda cmd: calls.append(cmd))
+    config = "pendulum.yaml"
+    if in_config is not None:
+        config = str(tmp_path / "mine.yaml")
+        (tmp_path / "mine.yaml").write_text(json.dumps(in_config))  # JSON is YAML
     with pytest.raises(SystemExit) as info:  # before: hours of training, then no last.ckpt to test
-        ref.run("pendulum.yaml", [0], args)
-    option = args[0].split("=")[0]
+        ref.run(config, [0], args)
     assert info.value.code == 2 and capsys.readouterr().err == (
-        f"error: {option} false: run continues and tests each seed from its last.ckpt; leave it out\n")
-    assert calls == [] and not (tmp_path / "pendulum").exists()
+        f"error: {said.format(config=config)}: run continues and tests each seed from its last.ckpt; leave it out\n")
+    assert calls == [] and not (tmp_path / "pendulum").exists() and not (tmp_path / "mine").exists()
 
 
 @pytest.mark.parametrize("out, max_steps, message", [
@@ -384,8 +392,9 @@ def test_best_of_a_seed_without_a_best_checkpoint_is_one_line(ref, tmp_path, mon
     monkeypatch.setattr(ref, "call", lambda cmd: pytest.fail("nothing to test"))
     with pytest.raises(SystemExit) as info:  # before: a UserInputError traceback
         ref.retest_best("ant_td7", [1])
-    err = capsys.readouterr().err
-    assert info.value.code == 2 and err.startswith("error: ant_td7 seed 1: ") and err.count("\n") == 1
+    assert info.value.code == 2 and capsys.readouterr().err == (
+        f"error: ant_td7 seed 1: its run kept no best checkpoint under {tmp_path}/ant_td7/seed1/lightning_logs (no "
+        "validation, or checkpoint.save_top_k 0); leave the seed out of --seeds\n")
 
 
 def test_best_tests_each_seeds_best_validated_checkpoint_into_its_summary(ref, tmp_path, monkeypatch, capsys):

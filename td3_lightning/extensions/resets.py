@@ -40,7 +40,7 @@ def _kept(name: str) -> bool:
 
 def reset_networks(module: Any) -> None:
     """Fresh weights for the actor, the critics and their targets, as a new module would draw them,
-    and zeroed Adam states; what :data:`KEPT` names is kept.
+    and zeroed Adam states; what :data:`KEPT` and :data:`KEPT_PARTS` name is kept.
 
     The weights are copied into the existing tensors, so optimizers and compiled steps keep working
     on them. The fresh module is built from the saved hyperparameters. Its seed comes from the
