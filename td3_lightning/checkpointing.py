@@ -111,36 +111,53 @@ def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
     and the folder is fsynced; if the body raises, it is removed and ``path`` is untouched."""
     target = Path(path).expanduser()
     folder = target.parent.absolute()
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=folder)
-    os.close(fd)
+    tmp = ""
     try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=folder)
+        os.close(fd)
         if hasattr(os, "chmod"):
             os.chmod(tmp, _FILE_MODE)
         yield Path(tmp)
         _fsync_file(tmp)
         os.replace(tmp, target)
     except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         if _disk_full(err):
             raise DiskFullError(
                 f"writing {target} failed: No space left on device ({gigabytes(shutil.disk_usage(folder).free)} "
                 f"free in {folder}); what was there before is kept: free some space") from None
+        if isinstance(err, OSError) and err.errno in WRITE_REFUSALS:
+            raise WriteRefusedError(f"writing {target} failed: {err.strerror} ({folder}); what was there before is "
+                                    "kept: make the folder writable, or write elsewhere") from None
         raise
     _fsync_dir(folder)
 
 
-class DiskFullError(UserInputError, OSError):
-    """The disk filled while a file was written atomically (the previous file is kept): an ``OSError`` still, told
-    as one line: ``what`` happened, what else frees space, then how to go on (by default: run the command again; a
-    fit names its checkpoint, :func:`td3_lightning.stops.standing_of`, and going on from it keeps its buffer's size:
-    ``resumable``)."""
+#: what the machine answers a write it refuses with (beside a full disk): permissions, a read-only or failing disk
+WRITE_REFUSALS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO)
+
+
+class WriteRefusedError(UserInputError, OSError):
+    """The machine refused a file written atomically (the previous file is kept): an ``OSError`` still, told as one
+    line: ``what`` happened, then how to go on (by default: run the command again; a fit names its checkpoint,
+    :func:`td3_lightning.stops.standing_of`)."""
+
+    def __init__(self, what: str, go_on: str = "then run the command again", resumable: bool = False) -> None:
+        super().__init__(f"{what}; {go_on}")
+        self.what = what
+
+
+class DiskFullError(WriteRefusedError):
+    """The disk filled during the write; beside freeing space, a smaller checkpoint helps: going on from the fit's
+    checkpoint keeps its buffer's size (``resumable``)."""
 
     def __init__(self, what: str, go_on: str = "then run the command again", resumable: bool = False) -> None:
         relief = "(or set data.save_replay false)" if resumable else \
             "(or lower data.buffer_size, or set data.save_replay false)"
-        super().__init__(f"{what} {relief}; {go_on}")
+        super().__init__(f"{what} {relief}", go_on)
         self.what = what
 
 

@@ -41,8 +41,8 @@ from td3_lightning.checkpointing import (
     LINKED_FROM_DATA,
     RESUME_MAY_CHANGE,
     SELECTION_FILE,
-    DiskFullError,
     ModelCheckpoint,
+    WriteRefusedError,
     best_of_run,
     check_checkpoint,
     find_run_checkpoint,
@@ -542,11 +542,11 @@ class TD3CLI(LightningCLIHooks):
                 raise
             print(stop.line(self._argv), file=sys.stderr)
             sys.exit(stop.exit_code)
-        except DiskFullError as err:
+        except WriteRefusedError as err:  # a full disk, or a folder or disk that refuses writes
             standing = standing_of(self._callbacks())
             if standing is None:
                 raise
-            raise DiskFullError(err.what, standing.go_on(self._argv), resumable=standing.last is not None) from None
+            raise type(err)(err.what, standing.go_on(self._argv), resumable=standing.last is not None) from None
 
     def _callbacks(self) -> list[Any]:
         """The trainer's callbacks; none before the trainer exists."""

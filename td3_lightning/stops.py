@@ -1,11 +1,11 @@
-"""A fit stopped by Ctrl-C (SIGINT) or SIGTERM, or ended by a full disk: one line saying where it stands and the
-command that goes on.
+"""A fit stopped by Ctrl-C (SIGINT) or SIGTERM, or ended by a write the machine refused (a full disk, a folder made
+read-only): one line saying where it stands and the command that goes on.
 
 Lightning ends a stopped fit with exit status 1 (SIGINT) or 0 (SIGTERM, which a script reads as success).
 :class:`StopNotice` notes the stop while Lightning shuts down; the command line then prints
-:meth:`Stop.line` and exits with the shell's status for the signal (128 + its number: 130, 143). For any other
-full disk it notes the run's newest checkpoint (:attr:`StopNotice.standing`), which the command line names after the
-full disk's line.
+:meth:`Stop.line` and exits with the shell's status for the signal (128 + its number: 130, 143). For a refused
+write it notes the run's newest checkpoint (:attr:`StopNotice.standing`), which the command line names after the
+refusal's line.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from td3_lightning.checkpointing import DiskFullError, peek_checkpoint
+from td3_lightning.checkpointing import WriteRefusedError, peek_checkpoint
 
 #: the exit status of a fit stopped by each signal (the shell's 128 + the signal's number)
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
@@ -88,7 +88,7 @@ def stop_signal(trainer: L.Trainer, exception: BaseException) -> str | None:
 
 
 class StopNotice(L.Callback):
-    """Notes where a fit stopped by SIGINT (Ctrl-C) or SIGTERM, or ended by a full disk, stands (:attr:`standing`):
+    """Notes where a fit stopped by SIGINT (Ctrl-C) or SIGTERM, or ended by a refused write, stands (:attr:`standing`):
     the newest ``last.ckpt`` of the run (or the checkpoint it resumed from, until it writes its own); for a stop also
     the signal and the step reached (:attr:`stop`)."""
 
@@ -98,7 +98,7 @@ class StopNotice(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         name = stop_signal(trainer, exception)
-        if name is None and not (trainer.state.fn == "fit" and isinstance(exception, DiskFullError)):
+        if name is None and not (trainer.state.fn == "fit" and isinstance(exception, WriteRefusedError)):
             return  # only the lines that name the checkpoint read it
         written = next((c.last_model_path for c in trainer.callbacks  # by this run: not an older run's file there
                         if isinstance(c, ModelCheckpoint) and c.last_model_path), "")

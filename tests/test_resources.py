@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import td3_lightning.checkpointing as checkpointing
-from td3_lightning.checkpointing import DiskFullError, atomic_torch_save
+from td3_lightning.checkpointing import DiskFullError, WriteRefusedError, atomic_torch_save
 from td3_lightning.cli import main
 from td3_lightning.data import ReplayDataModule
 from td3_lightning.errors import UserInputError
@@ -79,19 +79,41 @@ def test_a_disk_that_fills_during_a_write_keeps_the_previous_file_and_says_so(tm
         atomic_torch_save({"step": 3}, target)
 
 
+def test_a_write_the_machine_refuses_keeps_the_previous_file_and_says_so(tmp_path, monkeypatch):
+    target = tmp_path / "last.ckpt"
+    atomic_torch_save({"step": 1}, target)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(checkpointing.tempfile, "mkstemp", refuse)  # a folder made read-only: no file can be made
+    with pytest.raises(WriteRefusedError) as caught:
+        atomic_torch_save({"step": 2}, target)
+    assert str(caught.value) == (f"writing {target} failed: Operation not permitted ({tmp_path}); what was there "
+                                 "before is kept: make the folder writable, or write elsewhere; then run the command "
+                                 "again")
+    monkeypatch.undo()
+    read_only = OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(checkpointing.torch, "save", lambda *a: (_ for _ in ()).throw(read_only))
+    with pytest.raises(WriteRefusedError, match=r"failed: Read-only file system \("):  # remounted read-only midway
+        atomic_torch_save({"step": 3}, target)
+    assert torch.load(target)["step"] == 1 and [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
 FIT = ["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "120", "--trainer.val_check_interval", "40",
        "--data.warmup_steps", "50", "--model.hidden_dims", "[8]", "--data.eval_episodes", "1"]
 
 
-def _fit_on_a_disk_that_fills(saves_before: int, monkeypatch, capsys) -> tuple[int, list[str]]:
-    """The exit status and the error lines of a small fit whose disk fills after ``saves_before`` saves."""
+def _fit_on_a_disk_that_fills(saves_before: int, monkeypatch, capsys, fail=_full_disk) -> tuple[int, list[str]]:
+    """The exit status and the error lines of a small fit whose disk fills (or ``fail``s otherwise) after
+    ``saves_before`` saves."""
     saves = []
     real_save = torch.save
 
     def save_then_fill(obj, f, *args, **kwargs):
         saves.append(1)
         if len(saves) > saves_before:
-            _full_disk()
+            fail()
         real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(checkpointing.torch, "save", save_then_fill)
@@ -113,6 +135,21 @@ def test_a_fit_whose_disk_fills_ends_with_one_line_naming_its_checkpoint_and_the
     assert err[0].endswith(f"free some space (or set data.save_replay false); {last} is at step 40; go on with: "
                            f"{go_on} --ckpt_path {last}")  # not a smaller buffer: a resume refuses another size
     assert torch.load(last, weights_only=False)["global_step"] == 40  # the one written before the disk filled
+
+
+def test_a_fit_whose_checkpoint_folder_turns_read_only_ends_with_one_line_naming_its_checkpoint(
+        tmp_path, monkeypatch, capsys):
+    def read_only(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.chdir(tmp_path)
+    code, err = _fit_on_a_disk_that_fills(2, monkeypatch, capsys, fail=read_only)  # before: a PermissionError traceback
+    last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: writing ") and "failed: Permission denied (" in err[0]
+    go_on = shlex.join(["python", "-m", "td3_lightning", *FIT[:2], str(CONFIG_DIR / "pendulum.yaml"), *FIT[3:]])
+    assert err[0].endswith(f"make the folder writable, or write elsewhere; {last} is at step 40; go on with: {go_on} "
+                           f"--ckpt_path {last}")
 
 
 def test_a_fit_whose_first_checkpoint_fills_the_disk_says_to_start_over(tmp_path, monkeypatch, capsys):
