@@ -12,6 +12,14 @@ import sys
 
 
 def main(args: list[str] | None = None) -> None:
+    try:
+        _main(args)
+    except KeyboardInterrupt:  # Ctrl-C before a fit's own stop notice can take it (torch and Lightning loading)
+        print("stopped by SIGINT (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)
+
+
+def _main(args: list[str] | None) -> None:
     from td3_lightning.commands import answer_early  # the listing, an unknown subcommand, --help: no torch import
 
     argv = sys.argv[1:] if args is None else list(args)

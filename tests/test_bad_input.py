@@ -433,3 +433,15 @@ def test_a_case_replaces_the_base_value_of_its_option():
     assert command(("export", "--overwrite", "=yes"))[-1] == "--overwrite=yes"
     assert command(("test", "ckpt_path", "")) == ["test", "--config", "pendulum.yaml", "--ckpt_path", ""]
     assert command(("tune", "--space", {"model.tau": {}}))[-2:] == ["--space", "space.yaml"]
+
+
+def test_ctrl_c_while_torch_and_lightning_load_is_one_line_and_exit_130(monkeypatch, capsys):
+    import td3_lightning.cli
+
+    def interrupted(args):  # where a Ctrl-C lands in the first seconds: inside an import
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(td3_lightning.cli, "main", interrupted)
+    with pytest.raises(SystemExit) as info:  # before: a KeyboardInterrupt traceback of the imports
+        main(["fit", "--config", "pendulum.yaml"])
+    assert info.value.code == 130 and capsys.readouterr().err == "stopped by SIGINT (Ctrl-C)\n"
