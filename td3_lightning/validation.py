@@ -100,7 +100,8 @@ def _checkpoint_against_run(facts: dict[str, Any], trainer: L.Trainer, data: Any
     if fit:
         if not facts["resumable"]:
             raise UserInputError(f"checkpoint {path} holds no optimizer or loop state (a slim or weights-only "
-                                 "checkpoint): test and validate take it, fit cannot resume from it")
+                                 "checkpoint): test and validate take it; fit resumes from its run's last.ckpt "
+                                 "(--ckpt_path last), or trains a new run")
         if facts["processes"] is not None:
             check_same_processes(facts["processes"], trainer.world_size)
         capacity = facts["replay_capacity"]  # before the layout's check: the option to set, said the CLI's way

@@ -103,7 +103,7 @@ CASES = [
     ("real", ["--data.env_id", "td3test/ConstantReward-v0", "--data.env_kwargs", "{obs_dim: 3}"],
      "checkpoint action bounds low=[-2.0] high=[2.0] != td3test/ConstantReward-v0's low=[-1.0] high=[1.0] (bad.ckpt)"),
     ("slim", [], "checkpoint bad.ckpt holds no optimizer or loop state (a slim or weights-only checkpoint): test and "
-                 "validate take it, fit cannot resume from it"),
+                 "validate take it; fit resumes from its run's last.ckpt (--ckpt_path last), or trains a new run"),
     ("real", ["--data.buffer_size", "4000"],
      "checkpoint replay buffer capacity 5000 != data.buffer_size 4000 (bad.ckpt); set data.buffer_size 5000 to "
      "resume it"),
