@@ -60,7 +60,7 @@ def validate_run(trainer: L.Trainer, model: L.LightningModule, data: Any, stage:
         if model.hparams.get("teacher"):  # read when fitting starts
             check_teacher(model.hparams.teacher, model.hparams)
         if new_run:  # no option that does nothing (a checkpoint that has one resumes as it was trained)
-            warnings += _new_run_options(model, data)
+            warnings += _new_run_options(model, data) + _never_validated(trainer)
     if not fit or trainer.limit_val_batches != 0:  # fit may leave validation out
         data.check_episodes("test" if stage == "test" else "val", trainer.world_size)
     _validated.setdefault(trainer, set()).add(stage)
@@ -165,6 +165,15 @@ def checkpoint_of_another_env(facts: dict[str, Any] | None, data: dict[str, Any]
     probe.close()
     check_checkpoint_spaces(facts, data.get("env_id"), env_kwargs, bool(data.get("privileged_critic")),
                             {"observation shape": shape})
+
+
+def _never_validated(trainer: L.Trainer) -> tuple[str, ...]:
+    """A new fit shorter than its validation interval (warned of: no best checkpoint, no evaluation curve)."""
+    interval, max_steps = trainer.val_check_interval, trainer.max_steps
+    if trainer.limit_val_batches == 0 or not isinstance(interval, int) or not 0 < max_steps < interval:
+        return ()
+    return (f"trainer.val_check_interval {interval} is above trainer.max_steps {max_steps}: this fit never validates, "
+            "so it keeps no best checkpoint (what test and export take by default); lower the interval",)
 
 
 def _new_run_options(model: L.LightningModule, data: Any) -> tuple[str, ...]:

@@ -850,3 +850,20 @@ def test_options_that_serve_an_option_that_is_off_are_warned_of_in_a_new_run(tmp
         warnings.simplefilter("always")
         main([*tiny, "--trainer.max_steps", "4", "--ckpt_path", str(last), "--trainer.default_root_dir", "a"])
     assert not [w for w in caught if "idle" in str(w.message)]
+
+
+def test_a_new_fit_shorter_than_its_validation_interval_is_warned_of(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tiny = ["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.max_steps", "4",
+            "--data.eval_episodes", "1", "--learning_curve.filename", ""]
+    never = ("trainer.val_check_interval 1000 is above trainer.max_steps 4: this fit never validates, so it keeps no "
+             "best checkpoint (what test and export take by default); lower the interval")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main([*tiny, "--trainer.default_root_dir", "a"])
+    assert never in [str(w.message) for w in caught]
+    assert not list((tmp_path / "a").rglob("best*.ckpt"))  # what it warns of
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main([*tiny, "--trainer.val_check_interval", "2", "--trainer.default_root_dir", "b"])
+    assert not [w for w in caught if "never validates" in str(w.message)] and list((tmp_path / "b").rglob("best*"))
