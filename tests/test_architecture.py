@@ -237,6 +237,7 @@ SHARED_CHECKS = {
     "check_selection_options": "the command line (with the checkpoints to choose among) and the constructor",
     "check_same_processes": "the pass, and a Python user's resume when the Trainer restores it",
     "check_teacher": "the pass, and the loader, which refuses what it cannot load",
+    "check_layout": "the pass (a fit's checkpoint, before anything is written), and each buffer's loader",
     "check_finite": "a guard of the weights at saving, evaluating and acting, not of input",
 }
 
