@@ -398,7 +398,7 @@ class ReplayDataModule(L.LightningDataModule):
         if max_steps < 0:
             return self.buffer_size
         n = self.num_envs
-        warmup, more = self.warmup_steps, math.ceil(max_steps / self.utd_ratio - 1e-9)
+        warmup, more = self.warmup_steps, transitions_due(max_steps, self.utd_ratio)
         return min(self.buffer_size, (-(-warmup // n) + -(-more // n)) * n)
 
     def _device(self) -> torch.device:
@@ -607,6 +607,12 @@ class ReplayDataModule(L.LightningDataModule):
         # (an in-flight LAP batch of a checkpoint before the update returned priorities carries an unfilled one)
         self._pending = deque({k: v.to(device) for k, v in b.items() if k != "priority"}
                               for b in state.get("in_flight", []))
+
+
+def transitions_due(steps: int, utd_ratio: float) -> int:
+    """The env transitions collected by the time ``steps`` training steps have run at ``utd_ratio`` updates per
+    transition, warm-up not counted (the tolerance keeps ``21 / 0.7`` at 30)."""
+    return math.ceil(steps / utd_ratio - 1e-9)
 
 
 def check_data_options(options: Mapping[str, Any]) -> None:

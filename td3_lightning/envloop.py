@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections import deque
@@ -14,7 +13,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 
 from td3_lightning import _lightning
-from td3_lightning.data import RANK_SEED_STRIDE, TRAIN_SEED_OFFSET, ReplayChunk, ReplayDataModule
+from td3_lightning.data import RANK_SEED_STRIDE, TRAIN_SEED_OFFSET, ReplayChunk, ReplayDataModule, transitions_due
 from td3_lightning.distributed import pack_rank_states, unpack_rank_state
 from td3_lightning.errors import NonFiniteError, UserInputError
 
@@ -120,7 +119,7 @@ class EnvLoop(L.Callback):
         """The env steps due before the next training step (``global_step + 1``); with policy checkpoints, the
         whole assessment they start (no update runs while one is in progress)."""
         dm = trainer.datamodule
-        target = math.ceil((trainer.global_step + 1) / dm.utd_ratio - 1e-9)
+        target = transitions_due(trainer.global_step + 1, dm.utd_ratio)
         while self.train_transitions < target or pl_module.wants_episodes(self._episode_in_progress()):
             self._step(dm, self._explore(pl_module), trainer)
             self.train_transitions += self.num_envs

@@ -8,7 +8,7 @@ import torch
 from conftest import quiet_trainer
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
-from td3_lightning.data import TRAIN_SEED_OFFSET
+from td3_lightning.data import TRAIN_SEED_OFFSET, transitions_due
 
 
 def fit(max_steps: int, **data_kwargs):
@@ -40,6 +40,11 @@ def test_updates_and_transitions_follow_the_utd_ratio(num_envs, utd_ratio, vecto
     warmup = -(-12 // num_envs) * num_envs  # the warm-up fills whole vector steps
     assert loop.env_steps == len(dm.buffer) == warmup + transitions
     assert dm.transitions_after(40) == len(dm.buffer)  # what the fit's disk check counts on
+
+
+@pytest.mark.parametrize("steps, utd_ratio, due", [(21, 0.7, 30), (40, 0.25, 160), (7, 2.0, 4), (0, 0.5, 0)])
+def test_transitions_due_is_exact_where_floats_are_not(steps, utd_ratio, due):
+    assert transitions_due(steps, utd_ratio) == due  # 21 / 0.7 is 30.000000000000004 in floats
 
 
 @pytest.mark.parametrize("vector_mode", ["sync", "async"])
