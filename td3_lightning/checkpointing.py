@@ -378,10 +378,49 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
         "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
         "replay_layout": {k: replay[k] for k in LAYOUT_KEYS if k in replay} if isinstance(replay, dict) else None,
         "data_options": data.get("options") if isinstance(data, dict) else None,
+        "chosen_on": _chosen_on(path, data.get("validated_on") if isinstance(data, dict) else None),
         "processes": int(data.get("world_size", 1)) if isinstance(data, dict) and data else None,
         "resumable": all(k in ckpt for k in ("optimizer_states", "loops")),
         "train_seconds": timer_train_seconds(ckpt),
     }
+
+
+def seeds_overlap(start: int, count: int, other_start: int, other_count: int) -> bool:
+    """Whether env seeds ``start`` .. ``start + count - 1`` and ``other_start`` .. share one."""
+    return start < other_start + other_count and other_start < start + count
+
+
+def choosing_episodes_tested(test_seed: int, test_episodes: int, chosen_on: list[tuple[str, int, int]]) -> str | None:
+    """A warning line when the test episodes (``test_seed``, ``test_episodes``) share env seeds with episodes on which
+    the tested checkpoint's run chose its checkpoints (``chosen_on``: what, first seed, count), else None."""
+    shared = [(what, start, n) for what, start, n in chosen_on if seeds_overlap(test_seed, test_episodes, start, n)]
+    if not shared:
+        return None
+    free = next(s for s in (0, *(start + n for _, start, n in chosen_on))
+                if not any(seeds_overlap(s, test_episodes, start, n) for _, start, n in chosen_on))
+    where = " and ".join(f"its {what} episodes (seeds {start}-{start + n - 1})" for what, start, n in shared)
+    return (f"the test episodes (data.test_seed {test_seed}: seeds {test_seed}-{test_seed + test_episodes - 1}) share "
+            f"env seeds with {where}, on which the run chose its checkpoints: the test return is not an unbiased "
+            f"estimate; test on seeds of their own, e.g. --data.test_seed {free}")
+
+
+def _chosen_on(path: str, validated_on: Any) -> list[tuple[str, int, int]]:
+    """The episodes (what, first env seed, count) on which the run of the checkpoint at ``path`` chose among its
+    checkpoints: its validation (``validated_on``, recorded in the checkpoint) and, where a ``selection.json``
+    beside it played this checkpoint, the selection's."""
+    chosen: list[tuple[str, int, int]] = []
+    if isinstance(validated_on, (list, tuple)) and len(validated_on) == 2 and all(
+            isinstance(v, int) for v in validated_on):
+        chosen.append(("validation", *validated_on))
+    folder = Path(path).parent
+    try:
+        selection = json.loads((folder / SELECTION_FILE).read_text())
+        played = {Path(os.path.normpath(folder / name)) for name in selection["candidates"]}
+        if Path(os.path.normpath(path)) in played or Path(path).resolve() in {p.resolve() for p in played}:
+            chosen.append(("selection", int(selection["seed"]), int(selection["episodes"])))
+    except (OSError, ValueError, KeyError, TypeError):  # no selection here, or not one of ours: nothing to add
+        pass
+    return chosen
 
 
 def timer_train_seconds(ckpt: dict[str, Any]) -> float | None:

@@ -567,6 +567,7 @@ class ReplayDataModule(L.LightningDataModule):
                                                    and not self._replay_left_out) else None,
             "replay_left_out": self._replay_left_out,  # a best checkpoint: its run's last.ckpt holds the buffer
             "options": {name: getattr(self, name) for name in TRAINING_OPTIONS},  # told back if a resume changes one
+            "validated_on": [self.eval_seed, self.eval_episodes],  # a test on these seeds is warned of
         }
         return pack_rank_states(self.trainer, state)  # under DDP: every rank's buffer
 

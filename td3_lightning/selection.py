@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from td3_lightning.declarations import check_declared
-from td3_lightning.checkpointing import SELECTION_FILE, atomic_path
+from td3_lightning.checkpointing import SELECTION_FILE, atomic_path, seeds_overlap
 from td3_lightning.data import ReplayDataModule
 from td3_lightning.errors import UserInputError
 from td3_lightning.evaluation import numpy_policy, run_episode
@@ -57,7 +57,7 @@ class _Episodes(NamedTuple):
     count: int
 
     def overlaps(self, start: int, count: int) -> bool:
-        return self.start < start + count and start < self.start + self.count
+        return seeds_overlap(self.start, self.count, start, count)
 
 
 def check_seed_ranges(options: Mapping[str, Mapping[str, Any]]) -> None:

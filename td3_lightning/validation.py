@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from td3_lightning.declarations import signature_defaults
 from td3_lightning.batch_renorm import check_processes as check_batch_renorm_processes
+from td3_lightning.checkpointing import choosing_episodes_tested
 from td3_lightning.distributed import check_same_processes
 from td3_lightning.envs import env_overrides, make_env, trained_on, training_aid_names
 from td3_lightning.errors import UserInputError
@@ -115,6 +116,8 @@ def _checkpoint_against_run(facts: dict[str, Any], trainer: L.Trainer, data: Any
                 raise UserInputError(f"cannot resume {path}: {error}") from None
         if changed := data.changed_training_options(facts["data_options"], path):
             warnings += (changed,)
+    if stage == "test" and (seeds := choosing_episodes_tested(data.test_seed, data.test_episodes, facts["chosen_on"])):
+        warnings += (seeds,)
     trained_id, trained_kwargs = facts["env"]
     if trained_id == env_id and trained_kwargs is not None:  # the same shapes, perhaps not the same env
         # played, a policy keeps the env's rules: its training aids are not asked for

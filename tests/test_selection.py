@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +16,7 @@ import torch
 
 from td3_lightning import TD3, selection
 from td3_lightning.__main__ import main
-from td3_lightning.checkpointing import SELECTION_FILE, ModelCheckpoint, find_run_checkpoint
+from td3_lightning.checkpointing import SELECTION_FILE, ModelCheckpoint, find_run_checkpoint, choosing_episodes_tested
 from td3_lightning.errors import UserInputError
 from td3_lightning.selection import CheckpointSelection, choose, play, rank_key, summarize
 
@@ -138,6 +139,46 @@ def test_fit_selects_among_the_kept_checkpoints_and_test_takes_the_choice(tmp_pa
     main(["test", *common, "--data.test_episodes", "1"])
     said = f"checkpoint: {folder / result['chosen']} (--ckpt_path best, the default of test, chosen in selection.json)"
     assert said in lightning_log.text
+
+
+def test_a_test_on_the_episodes_that_chose_the_checkpoints_is_warned_of(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    common = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.eval_episodes", "2",
+              "--data.eval_seed", "500"]
+    main(["fit", *common, "--trainer.max_steps", "32", "--trainer.val_check_interval", "16", "--data.warmup_steps",
+          "50", "--checkpoint.save_top_k", "2", "--selection.episodes", "2", "--selection.seed", "7",
+          "--data.test_seed", "100"])
+    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+
+    def warned(test_seed: int, ckpt: str = "best") -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            main(["test", *common, "--data.test_episodes", "10", "--data.test_seed", str(test_seed),
+                  "--ckpt_path", ckpt])
+        return [str(w.message) for w in caught if "the test episodes" in str(w.message)]
+
+    tail = ", on which the run chose its checkpoints: the test return is not an unbiased estimate; test on seeds of " \
+           "their own, e.g. --data.test_seed 502"
+    assert warned(495) == ["the test episodes (data.test_seed 495: seeds 495-504) share env seeds with its validation "
+                           "episodes (seeds 500-501)" + tail]
+    assert warned(0) == ["the test episodes (data.test_seed 0: seeds 0-9) share env seeds with its selection episodes "
+                         "(seeds 7-8)" + tail]
+    assert warned(100) == []
+    assert warned(0, str(folder / "last.ckpt")) == []  # last.ckpt played no selection episode
+    assert len(warned(500, str(folder / "last.ckpt"))) == 1  # but its run validated on seeds 500-501
+
+
+@pytest.mark.parametrize("test_seed, episodes, says", [
+    (0, 100, None), (1000, 100, "validation episodes (seeds 1000-1009)"), (990, 11, "validation"), (989, 11, None),
+    (2_000_049, 1, "selection episodes (seeds 2000000-2000049)"),
+    (5, 2_000_000, "(seeds 1000-1009) and its selection episodes (seeds 2000000-2000049), on which the run chose its "
+                   "checkpoints: the test return is not an unbiased estimate; test on seeds of their own, e.g. "
+                   "--data.test_seed 2000050"),
+])
+def test_which_test_seeds_share_the_choosing_episodes(test_seed, episodes, says):
+    chosen_on = [("validation", 1000, 10), ("selection", 2_000_000, 50)]
+    line = choosing_episodes_tested(test_seed, episodes, chosen_on)
+    assert (line is None) if says is None else (says in line)
 
 
 def test_the_kept_best_span_the_runs_a_resume_continued(tmp_path):
