@@ -378,7 +378,8 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
         "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
         "replay_layout": {k: replay[k] for k in LAYOUT_KEYS if k in replay} if isinstance(replay, dict) else None,
         "data_options": data.get("options") if isinstance(data, dict) else None,
-        "chosen_on": _chosen_on(path, data.get("validated_on") if isinstance(data, dict) else None),
+        "chosen_on": _chosen_on(path, data.get("validated_on") if isinstance(data, dict) and _monitored(ckpt) else
+                                None, ckpt[CHECKPOINT_KEY].get("chosen_on")),
         "processes": int(data.get("world_size", 1)) if isinstance(data, dict) and data else None,
         "resumable": all(k in ckpt for k in ("optimizer_states", "loops")),
         "train_seconds": timer_train_seconds(ckpt),
@@ -404,10 +405,20 @@ def choosing_episodes_tested(test_seed: int, test_episodes: int, chosen_on: list
             f"estimate; test on seeds of their own, e.g. --data.test_seed {free}")
 
 
-def _chosen_on(path: str, validated_on: Any) -> list[tuple[str, int, int]]:
+def _monitored(ckpt: dict[str, Any]) -> bool:
+    """Whether the run that wrote ``ckpt`` kept best checkpoints by a validation metric (``checkpoint.monitor`` not
+    null), as its checkpoint callback's state says (none recorded: assumed so)."""
+    states = [state for key, state in (ckpt.get("callbacks") or {}).items()
+              if str(key).startswith("ModelCheckpoint") and isinstance(state, dict) and "monitor" in state]
+    return not states or any(state["monitor"] is not None for state in states)
+
+
+def _chosen_on(path: str, validated_on: Any, exported: Any = None) -> list[tuple[str, int, int]]:
     """The episodes (what, first env seed, count) on which the run of the checkpoint at ``path`` chose among its
     checkpoints: its validation (``validated_on``, recorded in the checkpoint) and, where a ``selection.json``
-    beside it played this checkpoint, the selection's."""
+    beside it played this checkpoint, the selection's; for an exported one, those of its source (``exported``)."""
+    if isinstance(exported, list):
+        return [(str(what), int(start), int(n)) for what, start, n in exported]
     chosen: list[tuple[str, int, int]] = []
     if isinstance(validated_on, (list, tuple)) and len(validated_on) == 2 and all(
             isinstance(v, int) for v in validated_on):
@@ -463,17 +474,12 @@ def check_checkpoint(path: str | Path, option: str = "--ckpt_path", takes: str =
         raise UserInputError(f"{err}; {takes}") from None
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checked checkpoint at ``path``, loaded on the CPU (tensors and plain data only)."""
-    check_checkpoint(path)
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
 def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
     """Write the weights-only checkpoint of ``src`` (:data:`SLIM_KEYS`) to ``out``."""
-    ckpt = load_checkpoint(src)
+    chosen_on = check_checkpoint(src)["chosen_on"]
+    ckpt = torch.load(src, map_location="cpu", weights_only=True)
     slim = {k: ckpt[k] for k in SLIM_KEYS if k in ckpt}
-    slim[CHECKPOINT_KEY] = {**ckpt[CHECKPOINT_KEY], "noise_rng": None}
+    slim[CHECKPOINT_KEY] = {**ckpt[CHECKPOINT_KEY], "noise_rng": None, "chosen_on": [list(c) for c in chosen_on]}
     data = ckpt.get(DATAMODULE_KEY)
     if isinstance(data, dict) and data.get("env_kwargs") is not None:  # the env it was trained on, told back
         slim[CHECKPOINT_KEY]["env"] = [data.get("env_id"), data["env_kwargs"]]

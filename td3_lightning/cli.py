@@ -111,6 +111,9 @@ EXPECTED_WARNINGS = (
     r"`Trainer` instantiation\. Please add the following callbacks: \['Timer'\]",
 )
 
+#: Lightning's warning that a checkpoint's callbacks (another checkpoint.monitor's, a Timer) are not in this run
+PLAYED_CHECKPOINT_CALLBACKS = r"Be aware that when using `ckpt_path`, callbacks used to create the checkpoint"
+
 #: Lightning's info lines that say nothing a user can act on: advertisements of services, accelerators
 #: that this machine does not have, and the checkpoint path said before the line that says it was loaded.
 UNASKED_LINES = ("💡 Tip:", "GPU available: False", "TPU available: False", "HPU available: False",
@@ -534,6 +537,8 @@ class TD3CLI(LightningCLIHooks):
         """A fit stopped by Ctrl-C or SIGTERM (Lightning exits 1 or 0) ends with one line saying where it stands and
         how to go on, and the signal's exit status (130, 143); a SLURM job's SIGTERM is left to Lightning (requeue).
         A fit that fills the disk names its checkpoint and the command that goes on after the full disk's line."""
+        if subcommand in ("validate", "test"):  # the callbacks that wrote a played checkpoint do not matter
+            warnings.filterwarnings("ignore", message=PLAYED_CHECKPOINT_CALLBACKS)
         try:
             run(subcommand)
         except (SystemExit, KeyboardInterrupt):

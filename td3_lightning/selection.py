@@ -38,10 +38,14 @@ def check_selection_options(options: Mapping[str, Any], checkpoint: Mapping[str,
         raise UserInputError("selection.episodes chooses among the kept checkpoints, and trainer.enable_checkpointing "
                              "is false; turn checkpointing on or set --selection.episodes 0")
     top_k = checkpoint.get("save_top_k", 1)
-    if checkpoint.get("monitor") is None or not (top_k == -1 or top_k >= 2):
+    if checkpoint.get("monitor") is None:
+        raise UserInputError("selection.episodes chooses among the best checkpoints by checkpoint.monitor, and "
+                             "checkpoint.monitor is null (no best checkpoint); set --checkpoint.monitor val/return, "
+                             "or --selection.episodes 0")
+    if not (top_k == -1 or top_k >= 2):
         raise UserInputError(f"selection.episodes chooses among the checkpoints kept by checkpoint.monitor, and "
-                             f"checkpoint.save_top_k is {top_k} (monitor {checkpoint.get('monitor')!r}); keep "
-                             "several, e.g. --checkpoint.save_top_k 5, or set --selection.episodes 0")
+                             f"checkpoint.save_top_k is {top_k}; keep several, e.g. --checkpoint.save_top_k 5, or set "
+                             "--selection.episodes 0")
 
 
 #: the episodes of a fit, by env seed: what they are, their option group, and its options of the first seed and count

@@ -332,6 +332,13 @@ def test_load_from_checkpoint_needs_no_env(tmp_path, cli_env):
         (["--data.n_step", "0"], "data.n_step must be >= 1 (1 = TD3's one-step target), got 0"),
         (["--selection.episodes", "5"], "error: selection.episodes chooses among the checkpoints kept by "
                                         "checkpoint.monitor, and checkpoint.save_top_k is 1"),
+        (["--selection.episodes", "5", "--checkpoint.save_top_k", "3", "--checkpoint.monitor", "null"],
+         "error: selection.episodes chooses among the best checkpoints by checkpoint.monitor, and checkpoint.monitor "
+         "is null (no best checkpoint); set --checkpoint.monitor val/return, or --selection.episodes 0"),
+        (["--checkpoint.monitor", "val/terminated"], "error: checkpoint.monitor val/terminated with checkpoint.mode "
+         "max keeps the checkpoints that end the most episodes early; set --checkpoint.mode min"),
+        (["--checkpoint.mode", "min"], "error: checkpoint.monitor val/return with checkpoint.mode min keeps the "
+         "checkpoints that return least; set --checkpoint.mode max"),
         (["--selection.episodes", "5", "--checkpoint.save_top_k", "3", "--trainer.enable_checkpointing", "false"],
          "error: selection.episodes chooses among the kept checkpoints, and trainer.enable_checkpointing is false"),
     ],

@@ -166,6 +166,19 @@ def test_a_test_on_the_episodes_that_chose_the_checkpoints_is_warned_of(tmp_path
     assert warned(100) == []
     assert warned(0, str(folder / "last.ckpt")) == []  # last.ckpt played no selection episode
     assert len(warned(500, str(folder / "last.ckpt"))) == 1  # but its run validated on seeds 500-501
+    main(["export", "--out", str(tmp_path / "policy.ckpt")])  # the chosen one, slim: it keeps where it was chosen
+    assert warned(0, str(tmp_path / "policy.ckpt")) == warned(0)
+
+
+def test_a_run_without_a_monitor_chose_nothing_on_its_validation(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    common = ["--config", "pendulum.yaml", "--model.hidden_dims", "[16]", "--data.eval_episodes", "2"]
+    main(["fit", *common, "--trainer.max_steps", "32", "--trainer.val_check_interval", "16", "--data.warmup_steps",
+          "50", "--checkpoint.monitor", "null"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["test", *common, "--data.test_episodes", "2", "--data.test_seed", "1000", "--ckpt_path", "last"])
+    assert [str(w.message) for w in caught if "test episodes" in str(w.message) or "callbacks" in str(w.message)] == []
 
 
 @pytest.mark.parametrize("test_seed, episodes, says", [
