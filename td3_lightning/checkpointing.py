@@ -540,6 +540,11 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
                 other = (f"; the newest checkpoint there is {newest_other}, named by another checkpoint.filename: "
                          "pass it to --ckpt_path" + (f", or give --config {run_config} (that run's options)"
                                                      if run_config.is_file() and run_options else ""))
+        elif fit:  # a run with checkpoint.save_last false: its best checkpoints hold the replay buffer
+            others = [p for p in where.glob(pattern[: -len(name_glob)] + "*.ckpt") if p.is_file()]
+            if others:
+                other = (f"; the runs there kept no last.ckpt (checkpoint.save_last false), and the newest "
+                         f"checkpoint, {_newest(others)}, holds what a resume needs: pass it to --ckpt_path")
         if not other and not dirpath:  # a fit that kept its checkpoints in a checkpoint.dirpath of its own
             other = _dirpath_hint(where, name_glob, kind, run_options)
         fallback = "; pass a checkpoint file to --ckpt_path" + (", or leave --ckpt_path out to start a new run"

@@ -237,6 +237,20 @@ def test_ckpt_path_last_without_earlier_runs(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_ckpt_path_last_after_runs_without_last_ckpt_names_their_newest_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"  # a fit with --checkpoint.save_last false
+    folder.mkdir(parents=True)
+    for name in ("best-step20.ckpt", "best-step40.ckpt"):
+        (folder / name).write_bytes(b"")
+    os.utime(folder / "best-step20.ckpt", ns=(2_000_000_000, 2_000_000_000))
+    err = _error_line(["fit", *RUN, "--ckpt_path", "last"], capsys)
+    assert err == (
+        f"error: --ckpt_path last: no checkpoint matches {tmp_path}/lightning_logs/*/checkpoints/last*.ckpt; the runs "
+        f"there kept no last.ckpt (checkpoint.save_last false), and the newest checkpoint, {folder}/best-step40.ckpt, "
+        "holds what a resume needs: pass it to --ckpt_path")
+
+
 def test_ckpt_path_last_resumes_the_newest_run(real_ckpt, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for version, age in [("version_0", 0), ("version_1", 100), ("version_7", 50)]:  # version_0 is the newest
