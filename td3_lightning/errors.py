@@ -82,7 +82,7 @@ def check_checkpoint_file(path: str | Path, option: str = "--ckpt_path", takes: 
         problem = "is a folder, not a file" if Path(path).is_dir() else "not found"
         named = Path(path).stem if run_names and Path(path).name in ("last.ckpt", "best.ckpt") else ""
         if run_names and not named and Path(path).name == str(path) and not Path(path).suffix:  # a misspelt name
-            named = next(iter(difflib.get_close_matches(str(path), ("last", "best"), n=1, cutoff=0.7)), "")
+            named = next(iter(difflib.get_close_matches(str(path).lower(), ("last", "best"), n=1, cutoff=0.7)), "")
         hint = f" (or {option} {named}: the newest {named} checkpoint of the runs here)" if named else ""
         raise UserInputError(f"checkpoint file {problem}: {path}; pass an existing .ckpt file to {option}{hint}")
 

@@ -755,7 +755,7 @@ def test_a_missing_last_ckpt_file_is_told_of_ckpt_path_last(tmp_path):
         check_checkpoint_file(tmp_path / "run.ckpt")
     assert str(info.value) == (f"checkpoint file not found: {tmp_path / 'run.ckpt'}; pass an existing .ckpt file to "
                                "--ckpt_path")
-    for typed, meant in (("lats", "last"), ("bset", "best"), ("Last", "last")):  # a misspelt name: what it means
+    for typed, meant in (("lats", "last"), ("bset", "best"), ("Last", "last"), ("BEST", "best")):  # misspelt: meant
         with pytest.raises(UserInputError) as info:
             check_checkpoint_file(typed)
         assert str(info.value) == (f"checkpoint file not found: {typed}; pass an existing .ckpt file to --ckpt_path "
