@@ -37,7 +37,7 @@ import shutil
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
 
@@ -391,14 +391,19 @@ def seeds_overlap(start: int, count: int, other_start: int, other_count: int) ->
     return start < other_start + other_count and other_start < start + count
 
 
+def first_free_seed(count: int, taken: list[tuple[int, int]], candidates: Iterable[int]) -> int | None:
+    """The first of ``candidates`` whose ``count`` env seeds share none of the ``taken`` ranges (first seed, count)."""
+    return next((s for s in candidates if not any(seeds_overlap(s, count, start, n) for start, n in taken)), None)
+
+
 def choosing_episodes_tested(test_seed: int, test_episodes: int, chosen_on: list[tuple[str, int, int]]) -> str | None:
     """A warning line when the test episodes (``test_seed``, ``test_episodes``) share env seeds with episodes on which
     the tested checkpoint's run chose its checkpoints (``chosen_on``: what, first seed, count), else None."""
     shared = [(what, start, n) for what, start, n in chosen_on if seeds_overlap(test_seed, test_episodes, start, n)]
     if not shared:
         return None
-    free = next(s for s in (0, *(start + n for _, start, n in chosen_on))
-                if not any(seeds_overlap(s, test_episodes, start, n) for _, start, n in chosen_on))
+    taken = [(start, n) for _, start, n in chosen_on]
+    free = first_free_seed(test_episodes, taken, (0, *(start + n for start, n in taken)))  # past the last: always free
     where = " and ".join(f"its {what} episodes (seeds {start}-{start + n - 1})" for what, start, n in shared)
     return (f"the test episodes (data.test_seed {test_seed}: seeds {test_seed}-{test_seed + test_episodes - 1}) share "
             f"env seeds with {where}, on which the run chose its checkpoints: the test return is not an unbiased "
@@ -426,8 +431,7 @@ def _chosen_on(path: str, validated_on: Any, exported: Any = None) -> list[tuple
     folder = Path(path).parent
     try:
         selection = json.loads((folder / SELECTION_FILE).read_text())
-        played = {Path(os.path.normpath(folder / name)) for name in selection["candidates"]}
-        if Path(os.path.normpath(path)) in played or Path(path).resolve() in {p.resolve() for p in played}:
+        if Path(path).resolve() in {(folder / name).resolve() for name in selection["candidates"]}:
             chosen.append(("selection", int(selection["seed"]), int(selection["episodes"])))
     except (OSError, ValueError, KeyError, TypeError):  # no selection here, or not one of ours: nothing to add
         pass
@@ -531,20 +535,17 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
         candidates = [p for p in candidates if not p.name.startswith("last")]
     if not candidates:
         other = ""
-        if kind == "best":  # a fit given another checkpoint.filename than this command
-            others = [p for p in where.glob(pattern[: -len(name_glob)] + "*.ckpt")
-                      if p.is_file() and not p.name.startswith("last")]
-            if others:
-                newest_other = _newest(others)
-                run_config = newest_other.parent.parent / "config.yaml"
-                other = (f"; the newest checkpoint there is {newest_other}, named by another checkpoint.filename: "
-                         "pass it to --ckpt_path" + (f", or give --config {run_config} (that run's options)"
-                                                     if run_config.is_file() and run_options else ""))
-        elif fit:  # a run with checkpoint.save_last false: its best checkpoints hold the replay buffer
-            others = [p for p in where.glob(pattern[: -len(name_glob)] + "*.ckpt") if p.is_file()]
-            if others:
-                other = (f"; the runs there kept no last.ckpt (checkpoint.save_last false), and the newest "
-                         f"checkpoint, {_newest(others)}, holds what a resume needs: pass it to --ckpt_path")
+        others = [p for p in where.glob(pattern[: -len(name_glob)] + "*.ckpt")  # none is a last.ckpt for kind last
+                  if p.is_file() and not p.name.startswith("last")]
+        if kind == "best" and others:  # a fit given another checkpoint.filename than this command
+            newest_other = _newest(others)
+            run_config = newest_other.parent.parent / "config.yaml"
+            other = (f"; the newest checkpoint there is {newest_other}, named by another checkpoint.filename: "
+                     "pass it to --ckpt_path" + (f", or give --config {run_config} (that run's options)"
+                                                 if run_config.is_file() and run_options else ""))
+        elif fit and others:  # a run with checkpoint.save_last false: its best checkpoints hold the replay buffer
+            other = (f"; the runs there kept no last.ckpt (checkpoint.save_last false), and the newest "
+                     f"checkpoint, {_newest(others)}, holds what a resume needs: pass it to --ckpt_path")
         if not other and not dirpath:  # a fit that kept its checkpoints in a checkpoint.dirpath of its own
             other = _dirpath_hint(where, name_glob, kind, run_options)
         fallback = "; pass a checkpoint file to --ckpt_path" + (", or leave --ckpt_path out to start a new run"

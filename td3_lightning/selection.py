@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from td3_lightning.declarations import check_declared
-from td3_lightning.checkpointing import SELECTION_FILE, atomic_path, seeds_overlap
+from td3_lightning.checkpointing import SELECTION_FILE, atomic_path, first_free_seed, seeds_overlap
 from td3_lightning.data import ReplayDataModule
 from td3_lightning.errors import UserInputError
 from td3_lightning.evaluation import numpy_policy, run_episode
@@ -78,8 +78,8 @@ def check_seed_ranges(options: Mapping[str, Mapping[str, Any]]) -> None:
             at_default = first.start == first.default and second.start != second.default  # move the one set
             moved, kept = (second, first) if at_default else (first, second)
             others = [r for r in ranges if r is not moved]
-            free = next((s for s in (moved.default, *(r.start + r.count for r in ranges))
-                         if not any(r.overlaps(s, moved.count) for r in others)), None)
+            free = first_free_seed(moved.count, [(r.start, r.count) for r in others],
+                                   (moved.default, *(r.start + r.count for r in ranges)))
             why = ("checkpoints would be chosen on the episodes that test them" if "test" in (moved.name, kept.name)
                    else "the selection would replay the validation's own episodes")
             raise UserInputError(

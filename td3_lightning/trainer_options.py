@@ -24,9 +24,8 @@ from td3_lightning.errors import UserInputError
 
 #: what every validation logs (``checkpoint.monitor`` takes these)
 VALIDATION_METRICS = ("val/return", "val/episode_length", "val/terminated")
-#: the checkpoint.mode that keeps a metric's worst checkpoints (val/episode_length: either may be wanted)
-WORST_MODE = {"val/return": "min", "val/terminated": "max"}
-WORST_KEPT = {"val/return": "return least", "val/terminated": "end the most episodes early"}
+#: the checkpoint.mode that keeps a metric's worst checkpoints, and what they are (val/episode_length: either mode)
+WORST_MODE = {"val/return": ("min", "return least"), "val/terminated": ("max", "end the most episodes early")}
 
 #: how a time is written for ``trainer.val_check_interval`` and ``trainer.max_time`` (Lightning's format)
 TIME_FORMAT = '"DD:HH:MM:SS", e.g. "00:01:00:00"'
@@ -213,10 +212,10 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
     if monitor is not None and monitor not in VALIDATION_METRICS:
         raise UserInputError(f"checkpoint.monitor must be one of {', '.join(VALIDATION_METRICS)} (what every "
                              f"validation logs) or null (no best checkpoint); got {monitor!r}")
-    mode, wrong = checkpoint.get("mode", "max"), WORST_MODE.get(monitor)
-    if wrong is not None and mode == wrong:
+    mode, (wrong, kept) = checkpoint.get("mode", "max"), WORST_MODE.get(monitor, (None, None))
+    if mode == wrong:
         raise UserInputError(f"checkpoint.monitor {monitor} with checkpoint.mode {mode} keeps the checkpoints that "
-                             f"{WORST_KEPT[monitor]}; set --checkpoint.mode {'min' if mode == 'max' else 'max'}")
+                             f"{kept}; set --checkpoint.mode {'min' if mode == 'max' else 'max'}")
     check_folder_option("checkpoint.dirpath", checkpoint.get("dirpath"))
 
 
