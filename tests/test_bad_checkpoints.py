@@ -400,6 +400,9 @@ def test_export_defaults_to_the_newest_best_checkpoint(real_ckpt, tmp_path, monk
     assert f"checkpoint: {best} (--ckpt_path best)" in capsys.readouterr().out
     slim = torch.load(tmp_path / "policy.ckpt", weights_only=True)
     assert slim["global_step"] == torch.load(best, weights_only=True)["global_step"] and "optimizer_states" not in slim
+    export_main(["--ckpt_path", "null", "--out", str(tmp_path / "null.ckpt")])  # null: the default, as in test
+    assert f"checkpoint: {best} (--ckpt_path best)" in capsys.readouterr().out
+    assert torch.load(tmp_path / "null.ckpt", weights_only=True)["global_step"] == slim["global_step"]
 
 
 def test_export_with_a_config_takes_that_configs_run(real_ckpt, tmp_path, monkeypatch, capsys):
