@@ -38,6 +38,19 @@ def _ranks(folder: Path) -> list[dict]:
     return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+def _same_networks_and_replays(a: dict, b: dict) -> None:
+    """Two DDP checkpoints of 400 steps hold equal networks and equal replay buffers, rank for rank."""
+    assert a["global_step"] == b["global_step"] == 400
+    data_a, data_b = a["ReplayDataModule"], b["ReplayDataModule"]
+    assert data_a["world_size"] == data_b["world_size"] == 2 and len(data_a["other_ranks"]) == 1
+    for name, tensor in a["state_dict"].items():
+        assert torch.equal(tensor, b["state_dict"][name]), name
+    for replay_a, replay_b in [(data_a["replay"], data_b["replay"]),
+                               (data_a["other_ranks"][0]["replay"], data_b["other_ranks"][0]["replay"])]:
+        for field in ("obs", "action", "reward", "next_obs", "terminated"):
+            assert torch.equal(replay_a[field], replay_b[field]), field
+
+
 @pytest.fixture(scope="module")
 def ddp_runs(tmp_path_factory, cli_env):
     """A: 400 steps straight. B: 200 steps (an episode end), then resumed to 400."""
@@ -65,16 +78,9 @@ def test_ranks_keep_identical_networks_with_their_own_envs_and_replay(ddp_runs):
 def test_checkpoint_holds_every_ranks_replay_and_resume_is_exact(ddp_runs):
     a = torch.load(ddp_runs / "A/lightning_logs/version_0/checkpoints/last.ckpt", weights_only=False)
     b = torch.load(ddp_runs / "B/lightning_logs/version_1/checkpoints/last.ckpt", weights_only=False)
-    assert a["global_step"] == b["global_step"] == 400
-    data_a, data_b = a["ReplayDataModule"], b["ReplayDataModule"]
-    assert data_a["world_size"] == 2 and len(data_a["other_ranks"]) == 1
-    assert not torch.equal(data_a["replay"]["obs"], data_a["other_ranks"][0]["replay"]["obs"])
-    for name, tensor in a["state_dict"].items():
-        assert torch.equal(tensor, b["state_dict"][name]), name
-    for replay_a, replay_b in [(data_a["replay"], data_b["replay"]),
-                               (data_a["other_ranks"][0]["replay"], data_b["other_ranks"][0]["replay"])]:
-        for field in ("obs", "action", "reward", "next_obs", "terminated"):
-            assert torch.equal(replay_a[field], replay_b[field]), field
+    _same_networks_and_replays(a, b)
+    replay = a["ReplayDataModule"]
+    assert not torch.equal(replay["replay"]["obs"], replay["other_ranks"][0]["replay"]["obs"])
     assert _ranks(ddp_runs / "probe_a") == _ranks(ddp_runs / "probe_b")
     # step 200 is an episode end on both ranks: nothing was abandoned
     assert "resumed mid-episode" not in (ddp_runs / "resume_stderr.txt").read_text()

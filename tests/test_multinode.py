@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_ddp import _probe, _ranks
+from test_ddp import _probe, _ranks, _same_networks_and_replays
 
 pytestmark = [
     pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without torch.distributed"),
@@ -134,15 +134,7 @@ def test_two_node_checkpoint_resumes_exactly(two_node_runs):
     a = torch.load(two_node_runs / "A/lightning_logs/version_0/checkpoints/last.ckpt", weights_only=False)
     # under SLURM, Lightning's TensorBoard logger names the run's folder after the job id
     b = torch.load(two_node_runs / f"B/lightning_logs/version_{JOB_ID}/checkpoints/last.ckpt", weights_only=False)
-    assert a["global_step"] == b["global_step"] == 400
-    data_a, data_b = a["ReplayDataModule"], b["ReplayDataModule"]
-    assert data_a["world_size"] == data_b["world_size"] == 2 and len(data_a["other_ranks"]) == 1
-    for name, tensor in a["state_dict"].items():
-        assert torch.equal(tensor, b["state_dict"][name]), name
-    for replay_a, replay_b in [(data_a["replay"], data_b["replay"]),
-                               (data_a["other_ranks"][0]["replay"], data_b["other_ranks"][0]["replay"])]:
-        for field in ("obs", "action", "reward", "next_obs", "terminated"):
-            assert torch.equal(replay_a[field], replay_b[field]), field
+    _same_networks_and_replays(a, b)
     assert _ranks(two_node_runs / "probe_a") == _ranks(two_node_runs / "probe_b")
     resumed = (two_node_runs / "b_resumed_node0.log").read_text()
     assert "Restored all states from the checkpoint" in resumed and "resumed mid-episode" not in resumed
