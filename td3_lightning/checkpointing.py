@@ -494,7 +494,8 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
 
 # ------------------------------------------------------------------------------ finding a run's checkpoints
 def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_options: bool = True,
-                        fit: bool = False, model_options: Mapping[str, Any] | None = None) -> Path:
+                        fit: bool = False, model_options: Mapping[str, Any] | None = None,
+                        default_options: Mapping[str, Any] | None = None) -> Path:
     """The newest ``last.ckpt`` (``kind`` ``last``) or the newest run's best checkpoint by ``val/return``
     (``kind`` ``best``: named by ``checkpoint.filename``, ``best-step*.ckpt`` by default) that a
     run with this configuration writes: under ``checkpoint.dirpath`` if set, else
@@ -505,7 +506,8 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
     and the options that find them if ``run_options`` (a command with ``--config`` and ``--checkpoint.dirpath``;
     export has neither), and for a ``fit`` that a new run starts without ``--ckpt_path``. Of the config's env, the
     runs most like the config are taken: trained with its ``data.env_kwargs``, then with ``model_options`` (the
-    model options it sets away from their defaults)."""
+    model options it sets away from their defaults), then with most of ``default_options`` (those it sets back to
+    their defaults: ``--model.critic_bins 0`` over a config's 101)."""
     trainer = config.get("trainer") or {}
     root = Path(trainer.get("default_root_dir") or os.getcwd())
     checkpoint = config.get("checkpoint") or {}
@@ -553,7 +555,7 @@ def find_run_checkpoint(config: Any, kind: str, selected: bool = True, run_optio
         raise UserInputError(f"--ckpt_path {kind}: no checkpoint matches {described}{other or fallback}")
     data = config.get("data") or {}
     candidates = _of_the_run(candidates, data.get("env_id"), data.get("env_kwargs") or {}, model_options or {},
-                             kind, described, fit)
+                             default_options or {}, kind, described, fit)
     newest = _newest(candidates)
     if kind != "best" or not selected:
         return newest
@@ -588,11 +590,13 @@ def _trained_run(path: Path, ckpt: Mapping[str, Any] | None = None
 
 
 def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[str, Any],
-                model_options: Mapping[str, Any], kind: str, described: str, fit: bool) -> list[Path]:
+                model_options: Mapping[str, Any], default_options: Mapping[str, Any], kind: str, described: str,
+                fit: bool) -> list[Path]:
     """The ``candidates`` of runs on ``env_id`` (all without one: export names no env; a file that does not say its
     env is kept), and of those the runs most like the config: trained with its ``env_kwargs``, then with its
-    ``model_options`` (two configs of one env in one folder each take their own run's; where none is, the env's).
-    None of the env: one line naming the newest checkpoint there and its env."""
+    ``model_options`` (two configs of one env in one folder each take their own run's; where none is, the env's),
+    then with most of its ``default_options``. None of the env: one line naming the newest checkpoint there and its
+    env."""
     if not env_id:
         return candidates
     runs = {p: _trained_run(p) for p in candidates}
@@ -606,20 +610,27 @@ def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[
                 ", or leave --ckpt_path out to start a new run" if fit else ""))
     given = _as_json(dict(env_kwargs))
 
-    def likeness(path: Path) -> tuple[bool, bool]:
+    def alike(hp: Mapping[str, Any], options: Mapping[str, Any]) -> list[str]:
+        return [key for key, value in options.items() if key in hp and same_option(key, hp[key], value)]
+
+    def likeness(path: Path) -> tuple[bool, bool, int]:
         trained_id, trained_kwargs, hp = runs[path]
         same_env = trained_id == env_id and trained_kwargs is not None and _as_json(trained_kwargs) == given
-        same_model = bool(hp) and all(key in hp and same_option(key, hp[key], value)
-                                      for key, value in model_options.items())
-        return same_env, same_model
+        same_model = bool(hp) and len(alike(hp, model_options)) == len(model_options)
+        return same_env, same_model, len(alike(hp, default_options))
 
     likenesses = {p: likeness(p) for p in matching}
     best = max(likenesses.values())
+    chosen = [p for p in matching if likenesses[p] == best]
     if model_options and not best[1] and not fit:  # a fit's resume refuses the options it does not have, one line
-        given_options = ", ".join(f"--model.{key} {_as_json(value)}" for key, value in model_options.items())
-        warnings.warn(f"--ckpt_path {kind}: no {env_id} run in {described} was trained with {given_options}; the "
-                      f"newest {env_id} run's is played, with its own model options", UserWarning, stacklevel=2)
-    return [p for p in matching if likenesses[p] == best]
+        hp = runs[_newest(chosen)][2]
+        differ = ", ".join(f"model.{key} {_as_json(hp[key]) if key in hp else '(not recorded)'} (the command's: "
+                           f"{_as_json(value)})" for key, value in model_options.items()
+                           if key not in alike(hp, model_options))
+        warnings.warn(f"--ckpt_path {kind}: no {env_id} run in {described} was trained with this command's model "
+                      f"options; the newest {env_id} run's is played, with its own: {differ}", UserWarning,
+                      stacklevel=2)
+    return chosen
 
 
 #: the env's facts that the datamodule gives the model
@@ -630,13 +641,15 @@ LINKED_FROM_DATA = ("obs_shape", "critic_obs_shape", "action_low", "action_high"
 RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal")
 
 
-def options_of_the_run(model: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """The model options ``model`` sets away from ``defaults`` (TD3's), but for those a resume may change and the env's
-    facts: what tells a config's runs from others of the same env (``--ckpt_path last`` and ``best``; ``export
-    --config``)."""
-    return {key: value for key, value in dict(model).items()
-            if key in defaults and key not in RESUME_MAY_CHANGE + LINKED_FROM_DATA
-            and not same_option(key, defaults[key], value)}
+def options_of_the_run(model: Mapping[str, Any], defaults: Mapping[str, Any]
+                       ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model options of ``model`` that tell a config's runs from others of the same env (``--ckpt_path last``
+    and ``best``; ``export --config``): those set away from ``defaults`` (TD3's), and those at their defaults; not
+    those a resume may change, nor the env's facts."""
+    compared = {key: value for key, value in dict(model).items()
+                if key in defaults and key not in RESUME_MAY_CHANGE + LINKED_FROM_DATA}
+    away = {key: value for key, value in compared.items() if not same_option(key, defaults[key], value)}
+    return away, {key: value for key, value in compared.items() if key not in away}
 
 
 def same_option(key: str, saved: Any, given: Any) -> bool:

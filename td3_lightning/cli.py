@@ -387,8 +387,10 @@ class TD3CLI(LightningCLIHooks):
             ckpt = shipped_path(ckpt)  # a shipped driver's path works from any folder
             self.config[f"{subcommand}.ckpt_path"] = ckpt
         if ckpt in ("last", "best"):
+            away, at_defaults = _options_of_the_run(config.get("model") or {})
+            given_back = {key: value for key, value in at_defaults.items() if key in self._given_model_options}
             newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit",
-                                         model_options=_set_away_from_defaults(config.get("model") or {}))
+                                         model_options=away, default_options=given_back)
             chosen = selected_checkpoint(newest) if ckpt == "best" else None
             ckpt = str(chosen or (best_of_run(newest) if ckpt == "best" else newest))
             self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
@@ -699,9 +701,9 @@ def _main(args: list[str] | None) -> None:
         sys.exit(2)
 
 
-def _set_away_from_defaults(model: Any) -> dict[str, Any]:
-    """The model options ``model`` sets away from TD3's defaults that tell this config's runs from others of its env
-    (:func:`options_of_the_run`)."""
+def _options_of_the_run(model: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model options of ``model`` that tell this config's runs from others of its env, away from TD3's defaults
+    and at them (:func:`options_of_the_run`)."""
     return options_of_the_run(model, signature_defaults(TD3))
 
 

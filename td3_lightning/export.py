@@ -202,8 +202,9 @@ def run_config(path: str) -> dict[str, Any]:
     return sections
 
 
-def _options_of_the_run(model: dict[str, Any] | None) -> dict[str, Any]:
-    """The model options a config sets away from their defaults, which tell its runs from others of its env."""
+def _options_of_the_run(model: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model options a config sets away from their defaults and at them, which tell its runs from others of its
+    env."""
     from td3_lightning.checkpointing import options_of_the_run
     from td3_lightning.declarations import signature_defaults
     from td3_lightning.module import TD3
@@ -250,8 +251,9 @@ def main(args: list[str] | None = None) -> None:
         ckpt = ns.ckpt_path
         config = run_config(ns.config) if ns.config is not None else {}
         if ckpt in ("best", "last"):
-            model_options = _options_of_the_run(config.get("model")) if ns.config is not None else None
-            ckpt = find_run_checkpoint(config, ckpt, run_options=False, model_options=model_options)
+            away, at_defaults = _options_of_the_run(config.get("model")) if ns.config is not None else ({}, {})
+            ckpt = find_run_checkpoint(config, ckpt, run_options=False, model_options=away,
+                                       default_options=at_defaults)
         elif ns.config is not None:
             raise UserInputError(f"--config chooses the run that --ckpt_path best or last takes; with the file "
                                  f"{ckpt}, leave --config out")

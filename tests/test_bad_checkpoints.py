@@ -923,15 +923,41 @@ def test_last_and_best_take_the_newest_run_of_the_configs_model_options_where_on
     assert last(hidden_dims=[16]) == runs / "version_1/checkpoints/last.ckpt"
     with pytest.warns(UserWarning) as told:  # test or validate: said, as what is played is not what was asked for
         assert last(hidden_dims=[32], gamma=0.9) == runs / "version_1/checkpoints/last.ckpt"
-    assert [str(w.message) for w in told] == [
-        f"--ckpt_path last: no {env_id} run in {runs}/*/checkpoints/last*.ckpt was trained with --model.hidden_dims "
-        f"[32], --model.gamma 0.9; the newest {env_id} run's is played, with its own model options"]
+    assert [str(w.message) for w in told] == [  # only what the played run differs in
+        f"--ckpt_path last: no {env_id} run in {runs}/*/checkpoints/last*.ckpt was trained with this command's model "
+        f"options; the newest {env_id} run's is played, with its own: model.hidden_dims [16] (the command's: [32]), "
+        "model.gamma 0.98 (the command's: 0.9)"]
+    with pytest.warns(UserWarning) as told:  # gamma 0.98 is the played run's: not named
+        last(hidden_dims=[8], gamma=0.98, policy_freq=3)
+    assert str(told[0].message).endswith(
+        "with its own: model.hidden_dims [16] (the command's: [8]), model.policy_freq 2 (the command's: 3)")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         find_run_checkpoint(config, "last", model_options={"gamma": 0.9}, fit=True)  # its resume refuses them
     assert last(hidden_dims=[32]) == runs / "version_1/checkpoints/last.ckpt"  # no run of these: the newest
     assert last() == runs / "version_1/checkpoints/last.ckpt"
     assert last(hidden_dims=[8], embedding_dim=8) == runs / "version_1/checkpoints/last.ckpt"  # an option not alike
+
+
+def test_an_option_set_back_to_its_default_takes_the_run_trained_so(real_ckpt, tmp_path):
+    """humanoid_crossq.yaml's runs with its 101 bins and with --model.critic_bins 0 in one folder: the command that
+    sets the default back takes its own run's, not the newest (whose checkpoint its resume would refuse)."""
+    runs = tmp_path / "lightning_logs"
+    for i, bins in enumerate((0, 101)):  # version_1, the newest, with the config's bins
+        folder = runs / f"version_{i}" / "checkpoints"
+        folder.mkdir(parents=True)
+        loaded = torch.load(real_ckpt, weights_only=False)
+        loaded["hyper_parameters"].update(critic_bins=bins, critic_range=[-100, 1200])
+        torch.save(loaded, folder / "last.ckpt")
+        os.utime(folder / "last.ckpt", (1e9 + i, 1e9 + i))
+    env_id = torch.load(real_ckpt, weights_only=False)["ReplayDataModule"]["env_id"]
+    config = {"trainer": {"default_root_dir": str(tmp_path)}, "checkpoint": {}, "data": {"env_id": env_id}}
+    away = {"critic_range": [-100, 1200]}
+    assert find_run_checkpoint(config, "last", model_options={**away, "critic_bins": 101}) == \
+        runs / "version_1/checkpoints/last.ckpt"
+    assert find_run_checkpoint(config, "last", model_options=away, default_options={"critic_bins": 0}) == \
+        runs / "version_0/checkpoints/last.ckpt"
+    assert find_run_checkpoint(config, "last", model_options=away) == runs / "version_1/checkpoints/last.ckpt"
 
 
 def test_a_teacher_is_the_same_option_however_its_file_is_named(tmp_path, monkeypatch):
@@ -949,7 +975,8 @@ def test_a_teacher_is_the_same_option_however_its_file_is_named(tmp_path, monkey
 
 def test_a_configs_last_is_its_own_runs_and_with_default_options_the_newest_run(tmp_path, monkeypatch, lightning_log):
     """Through the command line: an older run trained with the config's gamma is resumed over a newer one; options a
-    resume may change do not count; a command that sets nothing away from the defaults takes the newest run."""
+    resume may change do not count; a command that sets nothing away from the defaults takes the newest run, one
+    that sets gamma back to its default the run trained with it."""
     monkeypatch.chdir(tmp_path)
     tiny = ["--trainer.max_steps", "40", "--trainer.val_check_interval", "20", "--data.warmup_steps", "50",
             "--data.buffer_size", "2000", "--data.eval_episodes", "1", "--model.hidden_dims", "[8]",
@@ -959,10 +986,12 @@ def test_a_configs_last_is_its_own_runs_and_with_default_options_the_newest_run(
     main(["fit", *tiny, "--model.gamma", "0.9", "--model.reset_steps", "[1000]", "--ckpt_path", "last",
           "--trainer.max_steps", "60"])
     main(["test", *tiny, "--ckpt_path", "last", "--data.test_episodes", "1"])  # version_1 has the default gamma
+    main(["test", *tiny, "--model.gamma", "0.99", "--ckpt_path", "last", "--data.test_episodes", "1"])  # given back
     runs = tmp_path / "lightning_logs"
     said = [line.split("checkpoint: ", 1)[1] for line in lightning_log.text.splitlines() if "checkpoint: " in line]
     assert said == [f"{runs / 'version_0/checkpoints/last.ckpt'} (--ckpt_path last)",
-                    f"{runs / 'version_2/checkpoints/last.ckpt'} (--ckpt_path last)"]
+                    f"{runs / 'version_2/checkpoints/last.ckpt'} (--ckpt_path last)",
+                    f"{runs / 'version_1/checkpoints/last.ckpt'} (--ckpt_path last)"]
     assert torch.load(runs / "version_2/checkpoints/last.ckpt", weights_only=False)["global_step"] == 60
 
 
