@@ -10,6 +10,7 @@ rules between options) is checked by the classes' constructors and, on the comma
 
 from __future__ import annotations
 
+import json
 import os
 import weakref
 from typing import Any
@@ -186,8 +187,18 @@ def _new_run_options(model: L.LightningModule, data: Any) -> tuple[str, ...]:
     options = {"sampler": data.sampler, "priority_alpha": data.priority_alpha}
     defaults = {"model": signature_defaults(type(model)), "data": signature_defaults(type(data))}
     idle = idle_options(model.hparams, options, defaults)
-    return (f"{', '.join(idle)}: set but idle in this run; leave {'them' if len(idle) > 1 else 'it'} out",) if idle \
-        else ()
+    if not idle:
+        return ()
+    names = [entry.split(" ", 1)[0] for entry in idle]  # group.option
+    back = " ".join(f"--{name} {_as_typed(defaults[name.split('.')[0]][name.split('.')[1]])}" for name in names)
+    them = "them" if len(idle) > 1 else "it"
+    return (f"{', '.join(idle)}: set but idle in this run; leave {them} out, or where a config sets {them} give "
+            f"{back}",)
+
+
+def _as_typed(value: Any) -> str:
+    """``value`` as it is typed on the command line: null, true, [1, 2], 0.5, auto."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _replay_resources(trainer: L.Trainer, data: Any) -> None:

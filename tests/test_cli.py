@@ -850,8 +850,14 @@ def test_options_that_serve_an_option_that_is_off_are_warned_of_in_a_new_run(tmp
             "--data.eval_episodes", "1", "--learning_curve.filename", ""]
     with pytest.warns(UserWarning) as caught:
         main([*tiny, "--model.teacher_weight", "5", "--trainer.default_root_dir", "a"])
-    assert ("model.teacher_weight 5.0 (no model.teacher): set but idle in this run; leave it out"
-            in [str(w.message) for w in caught])
+    assert ("model.teacher_weight 5.0 (no model.teacher): set but idle in this run; leave it out, or where a config "
+            "sets it give --model.teacher_weight 1.0" in [str(w.message) for w in caught])
+    with pytest.warns(UserWarning) as caught:  # humanoid_crossq.yaml's range, its bins set back to 0
+        main([*tiny, "--model.critic_bins", "0", "--model.critic_range", "[-100, 1200]", "--model.tau", "0.01",
+              "--model.target_networks", "false", "--trainer.default_root_dir", "b"])
+    assert ("model.critic_range [-100.0, 1200.0] (model.critic_bins 0), model.tau 0.01 (model.target_networks false): "
+            "set but idle in this run; leave them out, or where a config sets them give --model.critic_range null "
+            "--model.tau 0.005" in [str(w.message) for w in caught])
     last = next((tmp_path / "a").rglob("last.ckpt"))
     with warnings.catch_warnings(record=True) as caught:  # a resumed run is the checkpoint's (teacher_weight 5)
         warnings.simplefilter("always")
