@@ -327,7 +327,8 @@ class TD3CLI(LightningCLIHooks):
         try:
             ckpt = self._resolve_checkpoint(subcommand) if subcommand else None
         except UserInputError:
-            if not self._printing:
+            named = self.config[subcommand].get("ckpt_path") not in (None, "last", "best", "hpc")
+            if not self._printing or named:  # a file given: refused as the run would refuse it
                 raise
             ckpt, self._print_as_given = None, True  # --print_config of a config template: printed as given
         typed = (self.config[subcommand] if subcommand else self.config).clone()

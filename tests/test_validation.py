@@ -78,10 +78,22 @@ def test_a_resume_may_repeat_its_checkpoints_own_model_options(tmp_path, monkeyp
     assert resumed["global_step"] == 8 and resumed["hyper_parameters"]["target_update_every"] == 4
 
 
-def test_print_config_of_an_unreadable_checkpoint_prints_the_options_as_given(tmp_path, monkeypatch, capsys):
+def test_print_config_refuses_a_checkpoint_file_the_run_refuses_and_prints_a_template_as_given(tmp_path, monkeypatch,
+                                                                                                 capsys):
+    """An unreadable or missing --ckpt_path file: --print_config's error is the run's (exit 2); --ckpt_path last with
+    no run yet (a config template): the options as given."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.ckpt").write_text("hello\n")
+    for name, error in [("bad.ckpt", "error: cannot read checkpoint bad.ckpt: the file is truncated or corrupt"),
+                        ("lats", "error: checkpoint file not found: lats; pass an existing .ckpt file to --ckpt_path "
+                                 "(or --ckpt_path last: ")]:
+        for printing in (["--print_config"], []):
+            with pytest.raises(SystemExit) as exit_info:
+                main(["fit", "--config", "pendulum.yaml", "--ckpt_path", name, *printing])
+            out = capsys.readouterr()
+            assert exit_info.value.code == 2 and out.err.startswith(error) and not out.out, (name, printing, out)
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "pendulum.yaml", "--ckpt_path", "bad.ckpt", "--print_config"])
+        main(["fit", "--config", "pendulum.yaml", "--ckpt_path", "last", "--print_config"])
     out = capsys.readouterr()
-    assert exit_info.value.code == 0 and yaml.safe_load(out.out)["ckpt_path"] == "bad.ckpt", out.err
+    assert exit_info.value.code == 0 and yaml.safe_load(out.out)["ckpt_path"] == "last", out.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.ckpt"]
