@@ -106,6 +106,11 @@ def test_best_config_is_a_config_that_fit_takes_as_it_is(study_dir, cli_env):
     assert config["model"]["actor_lr"] == best.params["model.actor_lr"]
     assert config["data"]["batch_size"] == best.params["data.batch_size"]
     assert config["trainer"]["max_steps"] == 300 and config["trainer"]["default_root_dir"] is None
+    header = (study_dir / "best_config.yaml").read_text().splitlines()[:3]
+    assert header[0].endswith(f"trial {best.number}, val/return {best.value:.2f} (its last validation)")
+    assert header[1:] == ["#   python -m td3_lightning fit --config best_config.yaml",
+                          "# a trial's length is in it (trainer.max_steps 300): a longer run overrides it, e.g. "
+                          "--trainer.max_steps 3000"]
     run = study_dir / "refit"
     run.mkdir()
     proc = subprocess.run([sys.executable, "-m", "td3_lightning", "fit", "--config", "../best_config.yaml"], cwd=run,
