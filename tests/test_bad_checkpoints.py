@@ -161,6 +161,12 @@ def test_bad_checkpoint_one_line_nothing_written(
         (["--model.hidden_dims", "[64,", "64]"], None,
          "error: invalid value for model.hidden_dims: expected a list, got '[64,' (the shell split it at a space: "
          "quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"),
+        (["--model.hidden_dims", "64,64"], None,
+         "error: invalid value for model.hidden_dims: expected a list, got '64,64' (a list is written in brackets, "
+         "e.g. '[64,64]')"),
+        (["--model.critic_range", "0,10"], None,
+         "error: invalid value for model.critic_range: expected one of list[float], None, got '0,10' (a list is "
+         "written in brackets, e.g. '[0,10]')"),
         ([], {"gamma": 0.9}, "error: unknown key gamma in the configuration (did you mean model.gamma? each option "
                              "is under its group); --help lists the options"),
         ([], {"fit": {"trainer": {"max_steps": 10}}},
@@ -209,7 +215,8 @@ def test_bad_checkpoint_one_line_nothing_written(
          "config-unknown-key",
          "config-wrong-type", "config-unknown-trainer-key", "misspelt-group", "config-misspelt-group",
          "a-prefix-is-not-the-option", "option-outside-its-group",
-         "option-a-prefix-of-others", "unquoted-list", "config-option-outside-its-group",
+         "option-a-prefix-of-others", "unquoted-list", "list-without-brackets", "range-without-brackets",
+         "config-option-outside-its-group",
          "config-subcommand-level", "config-group-inside-another", "config-section-a-number",
          "config-section-a-list", "config-section-no-file", "validation-on-test-seeds", "test-on-validation-seeds",
          "selection-on-validation-seeds", "print-config-checks-first", "selection-seed-none",
