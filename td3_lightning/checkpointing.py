@@ -50,6 +50,7 @@ from td3_lightning.errors import CKPT_PATH_TAKES, UserInputError, check_checkpoi
 from td3_lightning.extensions.policy_checkpoints import policy_version
 from td3_lightning.replay import LAYOUT_KEYS
 from td3_lightning.resources import gigabytes
+from td3_lightning.rules import idle_model_options
 
 _PATH = Union[str, "os.PathLike[str]"]
 
@@ -610,26 +611,28 @@ def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[
                 ", or leave --ckpt_path out to start a new run" if fit else ""))
     given = _as_json(dict(env_kwargs))
 
-    def alike(hp: Mapping[str, Any], options: Mapping[str, Any]) -> list[str]:
-        return [key for key, value in options.items() if key in hp and same_option(key, hp[key], value)]
+    def alike(hp: Mapping[str, Any], options: Mapping[str, Any], predating: bool = False) -> list[str]:
+        """The ``options`` ``hp`` has alike; with ``predating``, also those it predates (trained at their default)."""
+        return [key for key, value in options.items()
+                if (key in hp and same_option(key, hp[key], value)) or (predating and hp and key not in hp)]
 
     def likeness(path: Path) -> tuple[bool, bool, int]:
         trained_id, trained_kwargs, hp = runs[path]
         same_env = trained_id == env_id and trained_kwargs is not None and _as_json(trained_kwargs) == given
         same_model = bool(hp) and len(alike(hp, model_options)) == len(model_options)
-        return same_env, same_model, len(alike(hp, default_options))
+        return same_env, same_model, len(alike(hp, default_options, predating=True))
 
     likenesses = {p: likeness(p) for p in matching}
     best = max(likenesses.values())
     chosen = [p for p in matching if likenesses[p] == best]
     if model_options and not best[1] and not fit:  # a fit's resume refuses the options it does not have, one line
         hp = runs[_newest(chosen)][2]
-        differ = ", ".join(f"model.{key} {_as_json(hp[key]) if key in hp else '(not recorded)'} (the command's: "
+        differ = ", ".join(f"model.{key} {_as_json(hp[key]) if key in hp else '(not recorded)'} (asked: "
                            f"{_as_json(value)})" for key, value in model_options.items()
                            if key not in alike(hp, model_options))
-        warnings.warn(f"--ckpt_path {kind}: no {env_id} run in {described} was trained with this command's model "
-                      f"options; the newest {env_id} run's is played, with its own: {differ}", UserWarning,
-                      stacklevel=2)
+        warnings.warn(f"--ckpt_path {kind}: no {env_id} run in {described} was trained with the model options asked "
+                      f"for; the newest of the {env_id} runs most like them is played, with its own: {differ}",
+                      UserWarning, stacklevel=2)
     return chosen
 
 
@@ -645,9 +648,10 @@ def options_of_the_run(model: Mapping[str, Any], defaults: Mapping[str, Any]
                        ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The model options of ``model`` that tell a config's runs from others of the same env (``--ckpt_path last``
     and ``best``; ``export --config``): those set away from ``defaults`` (TD3's), and those at their defaults; not
-    those a resume may change, nor the env's facts."""
+    those a resume may change, the env's facts, nor those idle given the others (``critic_range`` without bins)."""
+    idle = idle_model_options(model)
     compared = {key: value for key, value in dict(model).items()
-                if key in defaults and key not in RESUME_MAY_CHANGE + LINKED_FROM_DATA}
+                if key in defaults and key not in RESUME_MAY_CHANGE + LINKED_FROM_DATA and key not in idle}
     away = {key: value for key, value in compared.items() if not same_option(key, defaults[key], value)}
     return away, {key: value for key, value in compared.items() if key not in away}
 

@@ -251,9 +251,8 @@ def main(args: list[str] | None = None) -> None:
         ckpt = ns.ckpt_path
         config = run_config(ns.config) if ns.config is not None else {}
         if ckpt in ("best", "last"):
-            away, at_defaults = _options_of_the_run(config.get("model")) if ns.config is not None else ({}, {})
-            ckpt = find_run_checkpoint(config, ckpt, run_options=False, model_options=away,
-                                       default_options=at_defaults)
+            away = _options_of_the_run(config.get("model"))[0] if ns.config is not None else {}
+            ckpt = find_run_checkpoint(config, ckpt, run_options=False, model_options=away)  # no --model.*: test's
         elif ns.config is not None:
             raise UserInputError(f"--config chooses the run that --ckpt_path best or last takes; with the file "
                                  f"{ckpt}, leave --config out")

@@ -152,6 +152,19 @@ def idle_options(model: Options, data: Options, defaults: Mapping[str, Options])
     return idle
 
 
+def idle_model_options(model: Options) -> set[str]:
+    """The model options of ``model`` that do nothing given its others (the model group's :data:`IDLE` rules; a rule
+    that reads an option ``model`` lacks counts as acting)."""
+    idle = set()
+    for name, (group, why) in IDLE.items():
+        try:
+            if group == "model" and why(model, {}):
+                idle.add(name)
+        except (KeyError, TypeError):
+            pass
+    return idle
+
+
 def idle_data_option(name: str, data: Options) -> bool:
     """Whether the data option ``name`` does nothing given the data options ``data`` (an :data:`IDLE` rule that reads
     the data group only)."""

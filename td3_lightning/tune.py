@@ -470,9 +470,10 @@ def write_best_config(study: optuna.Study, base: list[str], path: Path, storage_
     text = cli.parser.dump(cli.config, skip_none=False)
     steps = (cli.config.get("trainer") or {}).get("max_steps")
     header = (f"{_BEST_HEADER}{study.study_name} ({storage_url}): trial {best}, {METRIC} "
-              f"{trial.value:.2f} (its last validation)\n#   {PROG} fit --config {path.name}\n"
-              f"# a trial's length is in it (trainer.max_steps {steps}): a longer run overrides it, e.g. "
-              f"--trainer.max_steps {10 * steps if isinstance(steps, int) and steps > 0 else 100000}\n")
+              f"{trial.value:.2f} (its last validation)\n#   {PROG} fit --config {path.name}\n")
+    if isinstance(steps, int) and steps > 0:
+        header += (f"# a trial's length is in it (trainer.max_steps {steps}): a full run overrides it, e.g. "
+                   f"--trainer.max_steps {10 * steps}\n")
     with atomic_path(path) as tmp:
         tmp.write_text(header + text)
     return best

@@ -163,10 +163,10 @@ def test_bad_checkpoint_one_line_nothing_written(
          "quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"),
         (["--model.hidden_dims", "64,64"], None,
          "error: invalid value for model.hidden_dims: expected a list, got '64,64' (a list is written in brackets, "
-         "e.g. '[64,64]')"),
-        (["--model.critic_range", "0,10"], None,
-         "error: invalid value for model.critic_range: expected one of list[float], None, got '0,10' (a list is "
-         "written in brackets, e.g. '[0,10]')"),
+         "e.g. '[64, 64]')"),
+        (["--model.critic_range", "(0, 10)"], None,
+         "error: invalid value for model.critic_range: expected one of list[float], None, got '(0, 10)' (a list is "
+         "written in brackets, e.g. '[0, 10]')"),
         ([], {"gamma": 0.9}, "error: unknown key gamma in the configuration (did you mean model.gamma? each option "
                              "is under its group); --help lists the options"),
         ([], {"fit": {"trainer": {"max_steps": 10}}},
@@ -931,13 +931,13 @@ def test_last_and_best_take_the_newest_run_of_the_configs_model_options_where_on
     with pytest.warns(UserWarning) as told:  # test or validate: said, as what is played is not what was asked for
         assert last(hidden_dims=[32], gamma=0.9) == runs / "version_1/checkpoints/last.ckpt"
     assert [str(w.message) for w in told] == [  # only what the played run differs in
-        f"--ckpt_path last: no {env_id} run in {runs}/*/checkpoints/last*.ckpt was trained with this command's model "
-        f"options; the newest {env_id} run's is played, with its own: model.hidden_dims [16] (the command's: [32]), "
-        "model.gamma 0.98 (the command's: 0.9)"]
+        f"--ckpt_path last: no {env_id} run in {runs}/*/checkpoints/last*.ckpt was trained with the model options "
+        f"asked for; the newest of the {env_id} runs most like them is played, with its own: model.hidden_dims [16] "
+        "(asked: [32]), model.gamma 0.98 (asked: 0.9)"]
     with pytest.warns(UserWarning) as told:  # gamma 0.98 is the played run's: not named
         last(hidden_dims=[8], gamma=0.98, policy_freq=3)
     assert str(told[0].message).endswith(
-        "with its own: model.hidden_dims [16] (the command's: [8]), model.policy_freq 2 (the command's: 3)")
+        "with its own: model.hidden_dims [16] (asked: [8]), model.policy_freq 2 (asked: 3)")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         find_run_checkpoint(config, "last", model_options={"gamma": 0.9}, fit=True)  # its resume refuses them
@@ -948,23 +948,34 @@ def test_last_and_best_take_the_newest_run_of_the_configs_model_options_where_on
 
 def test_an_option_set_back_to_its_default_takes_the_run_trained_so(real_ckpt, tmp_path):
     """humanoid_crossq.yaml's runs with its 101 bins and with --model.critic_bins 0 in one folder: the command that
-    sets the default back takes its own run's, not the newest (whose checkpoint its resume would refuse)."""
+    sets the default back takes its own run's, not the newest (whose checkpoint its resume would refuse), whatever
+    idle critic_range either recorded, and a run that predates the option counts as trained at its default."""
+    from td3_lightning.checkpointing import options_of_the_run
+    from td3_lightning.declarations import signature_defaults
+    from td3_lightning.module import TD3
+
     runs = tmp_path / "lightning_logs"
-    for i, bins in enumerate((0, 101)):  # version_1, the newest, with the config's bins
-        folder = runs / f"version_{i}" / "checkpoints"
-        folder.mkdir(parents=True)
-        loaded = torch.load(real_ckpt, weights_only=False)
-        loaded["hyper_parameters"].update(critic_bins=bins, critic_range=[-100, 1200])
-        torch.save(loaded, folder / "last.ckpt")
-        os.utime(folder / "last.ckpt", (1e9 + i, 1e9 + i))
     env_id = torch.load(real_ckpt, weights_only=False)["ReplayDataModule"]["env_id"]
     config = {"trainer": {"default_root_dir": str(tmp_path)}, "checkpoint": {}, "data": {"env_id": env_id}}
-    away = {"critic_range": [-100, 1200]}
-    assert find_run_checkpoint(config, "last", model_options={**away, "critic_bins": 101}) == \
-        runs / "version_1/checkpoints/last.ckpt"
-    assert find_run_checkpoint(config, "last", model_options=away, default_options={"critic_bins": 0}) == \
-        runs / "version_0/checkpoints/last.ckpt"
-    assert find_run_checkpoint(config, "last", model_options=away) == runs / "version_1/checkpoints/last.ckpt"
+    for scalar in ({"critic_bins": 0, "critic_range": [-100, 1200]}, {"critic_bins": 0, "critic_range": None}, {}):
+        for i, options in enumerate((scalar, {"critic_bins": 101, "critic_range": [-100, 1200]})):  # 1: the newest
+            folder = runs / f"version_{i}" / "checkpoints"
+            folder.mkdir(parents=True, exist_ok=True)
+            loaded = torch.load(real_ckpt, weights_only=False)
+            loaded["hyper_parameters"].update(options)
+            if not options:  # a checkpoint older than the option
+                del loaded["hyper_parameters"]["critic_bins"], loaded["hyper_parameters"]["critic_range"]
+            torch.save(loaded, folder / "last.ckpt")
+            os.utime(folder / "last.ckpt", (1e9 + i, 1e9 + i))
+        for given_range in ([-100, 1200], None):  # --model.critic_bins 0, with or without --model.critic_range null
+            model = {**signature_defaults(TD3), "gamma": 0.98, "critic_bins": 0, "critic_range": given_range}
+            away, at_defaults = options_of_the_run(model, signature_defaults(TD3))
+            assert away == {"gamma": 0.98} and "critic_range" not in at_defaults  # idle: not compared
+            assert find_run_checkpoint(config, "last", model_options=away,
+                                       default_options={"critic_bins": 0}) == runs / "version_0/checkpoints/last.ckpt"
+            assert find_run_checkpoint(config, "last", model_options=away) == runs / "version_1/checkpoints/last.ckpt"
+        hlgauss = {"gamma": 0.98, "critic_bins": 101, "critic_range": [-100, 1200]}
+        assert find_run_checkpoint(config, "last", model_options=hlgauss) == runs / "version_1/checkpoints/last.ckpt"
 
 
 def test_a_teacher_is_the_same_option_however_its_file_is_named(tmp_path, monkeypatch):
@@ -992,7 +1003,7 @@ def test_a_configs_last_is_its_own_runs_and_with_default_options_the_newest_run(
     main(["fit", *tiny])  # version_1, newer, gamma at its default
     main(["fit", *tiny, "--model.gamma", "0.9", "--model.reset_steps", "[1000]", "--ckpt_path", "last",
           "--trainer.max_steps", "60"])
-    main(["test", *tiny, "--ckpt_path", "last", "--data.test_episodes", "1"])  # version_1 has the default gamma
+    main(["test", *tiny, "--ckpt_path", "last", "--data.test_episodes", "1"])  # nothing set away: the newest
     main(["test", *tiny, "--model.gamma", "0.99", "--ckpt_path", "last", "--data.test_episodes", "1"])  # given back
     runs = tmp_path / "lightning_logs"
     said = [line.split("checkpoint: ", 1)[1] for line in lightning_log.text.splitlines() if "checkpoint: " in line]

@@ -109,7 +109,7 @@ def test_best_config_is_a_config_that_fit_takes_as_it_is(study_dir, cli_env):
     header = (study_dir / "best_config.yaml").read_text().splitlines()[:3]
     assert header[0].endswith(f"trial {best.number}, val/return {best.value:.2f} (its last validation)")
     assert header[1:] == ["#   python -m td3_lightning fit --config best_config.yaml",
-                          "# a trial's length is in it (trainer.max_steps 300): a longer run overrides it, e.g. "
+                          "# a trial's length is in it (trainer.max_steps 300): a full run overrides it, e.g. "
                           "--trainer.max_steps 3000"]
     run = study_dir / "refit"
     run.mkdir()
