@@ -377,6 +377,7 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
         "action_shape": (len(low),) if low is not None else None,
         "action_bounds": (list(low), list(high)) if low is not None and high is not None else None,
         "replay_capacity": int(replay["capacity"]) if isinstance(replay, dict) and "capacity" in replay else None,
+        "replay_size": int(replay["size"]) if isinstance(replay, dict) and "size" in replay else None,
         "replay_layout": {k: replay[k] for k in LAYOUT_KEYS if k in replay} if isinstance(replay, dict) else None,
         "data_options": data.get("options") if isinstance(data, dict) else None,
         "chosen_on": _chosen_on(path, data.get("validated_on") if isinstance(data, dict) and _monitored(ckpt) else

@@ -90,14 +90,19 @@ class ReplayLoader(DataLoader):
 TRAINING_OPTIONS = ("batch_size", "warmup_steps", "utd_ratio", "n_step", "sampler", "priority_alpha")
 
 
-def changed_training_options(saved: dict[str, Any] | None, datamodule: Any, path: str) -> str | None:
-    """What a resume of the checkpoint at ``path`` (its data options ``saved``) changes of how it trains, as a
-    warning line (None: nothing). Replay priorities read with another exponent, or dropped, are refused."""
+def changed_training_options(saved: dict[str, Any] | None, datamodule: Any, path: str,
+                             replay_size: int | None = None) -> str | None:
+    """What a resume of the checkpoint at ``path`` (its data options ``saved``; ``replay_size`` transitions in its
+    buffer) changes of how it trains, as a warning line (None: nothing). Replay priorities read with another
+    exponent, or dropped, are refused."""
     defaults = signature_defaults(ReplayDataModule)  # for options the checkpoint predates
     saved = options_as_trained(saved, {name: defaults[name] for name in TRAINING_OPTIONS})  # not recorded: {}
     ours = {name: getattr(datamodule, name) for name in TRAINING_OPTIONS}
     changed = {name: value for name, value in saved.items() if name in ours and ours[name] != value
                and not (idle_data_option(name, saved) and idle_data_option(name, ours))}  # idle in both: no matter
+    if "warmup_steps" in changed and replay_size is not None and replay_size >= max(changed["warmup_steps"],
+                                                                                     ours["warmup_steps"]):
+        del changed["warmup_steps"]  # a buffer past both warm-ups: neither adds a random step
     if not changed:
         return None
     if saved.get("sampler") == "lap" and ({"sampler", "priority_alpha"} & set(changed)):
@@ -486,9 +491,10 @@ class ReplayDataModule(L.LightningDataModule):
         )
         return DataLoader(stream, batch_size=None, num_workers=0)
 
-    def changed_training_options(self, saved: dict[str, Any] | None, path: str) -> str | None:
+    def changed_training_options(self, saved: dict[str, Any] | None, path: str,
+                                 replay_size: int | None = None) -> str | None:
         """:func:`changed_training_options` of this datamodule: what a resume of ``path`` changes of how it trains."""
-        return changed_training_options(saved, self, path)
+        return changed_training_options(saved, self, path, replay_size)
 
     def check_episodes(self, stage: str, world_size: int) -> None:
         """One line for the episodes of ``stage`` (val or test) that cannot be played: fewer than the

@@ -115,7 +115,7 @@ def _checkpoint_against_run(facts: dict[str, Any], trainer: L.Trainer, data: Any
                 data.check_replay_layout(facts["replay_layout"])
             except ValueError as error:
                 raise UserInputError(f"cannot resume {path}: {error}") from None
-        if changed := data.changed_training_options(facts["data_options"], path):
+        if changed := data.changed_training_options(facts["data_options"], path, facts["replay_size"]):
             warnings += (changed,)
     if stage == "test" and (seeds := choosing_episodes_tested(data.test_seed, data.test_episodes, facts["chosen_on"])):
         warnings += (seeds,)

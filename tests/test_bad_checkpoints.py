@@ -570,6 +570,11 @@ def test_a_resume_keeps_lap_priorities_and_is_told_other_data_options(tmp_path, 
                                     priority_alpha=0.7)  # idle in both: not told
     assert changed_training_options({**vars(uniform), "priority_alpha": 0.4}, uniform, "x.ckpt") is None
     assert changed_training_options(None, uniform, "x.ckpt") is None  # a checkpoint from before they were recorded
+    other_warmup = {**vars(uniform), "priority_alpha": 0.4, "warmup_steps": 300}
+    assert changed_training_options(other_warmup, uniform, "x.ckpt", replay_size=300) is None  # past both warm-ups
+    assert changed_training_options(other_warmup, uniform, "x.ckpt", replay_size=299) == (  # 300 adds a random step
+        "checkpoint x.ckpt was trained with other data options than this fit's: data.warmup_steps 100 (the "
+        "checkpoint's: 300); add --data.warmup_steps 300 to go on as it was trained")
 
 
 def test_a_resume_its_replay_layout_cannot_continue_is_one_line_before_anything_is_written(tmp_path, monkeypatch,
