@@ -327,7 +327,7 @@ class TD3CLI(LightningCLIHooks):
         try:
             ckpt = self._resolve_checkpoint(subcommand) if subcommand else None
         except UserInputError:
-            named = self.config[subcommand].get("ckpt_path") not in (None, "last", "best", "hpc")
+            named = self.config[subcommand].get("ckpt_path") not in (None, "last", "best", *_LIGHTNING_CKPT_NAMES)
             if not self._printing or named:  # a file given: refused as the run would refuse it
                 raise
             ckpt, self._print_as_given = None, True  # --print_config of a config template: printed as given

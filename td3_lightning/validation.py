@@ -10,7 +10,6 @@ rules between options) is checked by the classes' constructors and, on the comma
 
 from __future__ import annotations
 
-import json
 import os
 import weakref
 from typing import Any
@@ -38,6 +37,7 @@ from td3_lightning.resources import (
 )
 from td3_lightning.rules import idle_options
 from td3_lightning.schedules import check_schedule_length
+from td3_lightning.user_input import shown
 
 #: the stages (fit, validate, test) of each Trainer that have passed :func:`validate_run`
 _validated: weakref.WeakKeyDictionary[L.Trainer, set[str]] = weakref.WeakKeyDictionary()
@@ -190,15 +190,11 @@ def _new_run_options(model: L.LightningModule, data: Any) -> tuple[str, ...]:
     if not idle:
         return ()
     names = [entry.split(" ", 1)[0] for entry in idle]  # group.option
-    back = " ".join(f"--{name} {_as_typed(defaults[name.split('.')[0]][name.split('.')[1]])}" for name in names)
+    back = " ".join(f"--{name} {shown(defaults[name.split('.')[0]][name.split('.')[1]])}" for name in names)
     them = "them" if len(idle) > 1 else "it"
     return (f"{', '.join(idle)}: set but idle in this run; leave {them} out, or where a config sets {them} give "
             f"{back}",)
 
-
-def _as_typed(value: Any) -> str:
-    """``value`` as it is typed on the command line: null, true, [1, 2], 0.5, auto."""
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _replay_resources(trainer: L.Trainer, data: Any) -> None:
