@@ -122,6 +122,16 @@ def _literal(hint: Any) -> tuple[Any, ...]:
     return typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else ()
 
 
+def _choices(hint: Any) -> tuple[Any, ...]:
+    """The values a ``Literal`` hint (or an optional one) allows; none where the union takes other types too
+    (``list[float] | Literal["auto"]``: its rules check it)."""
+    members = [a for a in typing.get_args(hint) if a is not type(None)] if _nullable(hint) or typing.get_origin(
+        hint) in (typing.Union, types.UnionType) else [hint]
+    if not all(_literal(a) for a in members):
+        return ()
+    return tuple(c for a in members for c in _literal(a))
+
+
 def _nullable(hint: Any) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
 
@@ -149,7 +159,7 @@ def options_of(cls: type) -> dict[str, Option]:
             continue
         hint = hints.get(name)
         text = helps.get(name, "")
-        choices = tuple(c for a in (hint, *typing.get_args(hint)) for c in _literal(a))
+        choices = _choices(hint)
         found, note = parse_range(text) if not choices else (None, "")
         options[name] = Option(name, text, parameter.default, choices, found, note, _nullable(hint), _number(hint))
     return options

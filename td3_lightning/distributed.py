@@ -9,7 +9,7 @@ rank: rank 0's at the top level, as in a single-process checkpoint, and the othe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning as L
@@ -75,6 +75,13 @@ def average_gradients(trainer: L.Trainer, module: torch.nn.Module) -> None:
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
+
+
+def largest_over_ranks(trainer: L.Trainer | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """Under DDP, a function that returns a tensor's elementwise maximum over all ranks (a collective); else None."""
+    if not is_distributed(trainer):
+        return None
+    return lambda tensor: trainer.strategy.reduce(tensor, reduce_op="max")
 
 
 def without_reducer_sync(trainer: L.Trainer) -> None:

@@ -9,9 +9,16 @@ stays TD3's scalar ``r + gamma * min_i Q'_i(s', a')``; only the regression becom
 A target beyond the range counts as its end, so a range too small caps the critics' values silently: the update
 records the share of targets outside it (``train/targets_outside_range``), and fit warns once when that share,
 averaged over a logging interval, passes :data:`OUTSIDE_WARNING`.
+
+With ``critic_range auto`` the range follows the rewards instead: every batch widens it to hold ``r / (1 - d)`` of
+each transition (``d`` its bootstrap discount, 0 where terminated) and 0. A Q inside that range and a reward inside
+it keep every TD target ``r + d Q'`` inside it, so no target falls outside; the range is the module's state, saved in
+checkpoints and kept by network resets.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -24,6 +31,10 @@ SIGMA_PER_BIN = 0.75
 OUTSIDE = "targets_outside_range"
 #: fit warns once when more than this share of the targets over a logging interval fell outside the range
 OUTSIDE_WARNING = 0.01
+#: the logged terms of an automatic range: its ends
+RANGE_LOW, RANGE_HIGH = "critic_range_low", "critic_range_high"
+#: where an automatic range starts, before the first batch widens it
+AUTO_START = (-1.0, 1.0)
 
 
 class ValueHistogram(nn.Module):
@@ -31,45 +42,81 @@ class ValueHistogram(nn.Module):
 
     Args:
         bins: number of bins (>= 2).
-        low: the lower end of the first bin.
-        high: the upper end of the last bin.
+        low: the lower end of the first bin (None: an automatic range, :meth:`observe`).
+        high: the upper end of the last bin (None with ``low``).
     """
 
-    def __init__(self, bins: int, low: float, high: float) -> None:
+    def __init__(self, bins: int, low: float | None = None, high: float | None = None) -> None:
         super().__init__()
-        self.bins, self.low, self.high = int(bins), float(low), float(high)
-        edges = torch.linspace(self.low, self.high, self.bins + 1, dtype=torch.float64)
-        # derived from the options: not saved in checkpoints
+        self.bins, self.auto = int(bins), low is None
+        self.low, self.high = AUTO_START if self.auto else (float(low), float(high))
+        unit = torch.linspace(0.0, 1.0, self.bins + 1, dtype=torch.float64)
+        edges = self.low + (self.high - self.low) * unit
+        # derived from the options: not saved in checkpoints; an automatic range is state, saved
         self.register_buffer("edges", edges.float(), persistent=False)
         self.register_buffer("centers", ((edges[:-1] + edges[1:]) / 2).float(), persistent=False)
+        self.register_buffer("unit", unit.float(), persistent=False)
+        self.register_buffer("bounds", torch.tensor([self.low, self.high]), persistent=self.auto)
         self.sigma = SIGMA_PER_BIN * (self.high - self.low) / self.bins
         self.warned = False  # watch_range's one warning
 
+    def grid(self) -> tuple[Tensor, Tensor, Tensor | float]:
+        """The bins' edges ``(bins + 1,)``, their centres ``(bins,)`` and the Gaussian's standard deviation."""
+        if not self.auto:
+            return self.edges, self.centers, self.sigma
+        low, high = self.bounds[0], self.bounds[1]
+        edges = torch.lerp(low, high, self.unit)  # exact at both ends
+        return edges, (edges[:-1] + edges[1:]) / 2, SIGMA_PER_BIN * (high - low) / self.bins
+
+    @torch.no_grad()
+    def observe(self, reward: Tensor, discount: Tensor, reduce: Callable[[Tensor], Tensor] | None = None) -> None:
+        """An automatic range widens to hold ``reward / (1 - discount)`` of every transition of a batch (``discount``
+        its bootstrap factor, below 1); ``reduce`` takes the maximum over processes. A fixed range stays."""
+        if not self.auto:
+            return
+        limit = reward.float() / (1.0 - discount.float())
+        low, high = torch.minimum(self.bounds[0], limit.min()), torch.maximum(self.bounds[1], limit.max())
+        if reduce is not None:  # every process takes the widest range of all
+            reach = reduce(torch.stack([-low, high]))
+            low, high = -reach[0], reach[1]
+        self.bounds.copy_(torch.stack([low, high]))
+
+    def range(self) -> tuple[float, float]:
+        """The range ``(low, high)`` now (a host read with an automatic range)."""
+        low, high = self.bounds.tolist() if self.auto else (self.low, self.high)
+        return low, high
+
     def expectation(self, logits: Tensor) -> Tensor:
         """``sum_k softmax(logits)_k c_k``: the Q value of logits ``(..., bins)`` -> ``(...)``."""
-        return (torch.softmax(logits.float(), dim=-1) * self.centers).sum(dim=-1)  # float32 under autocast too
+        return (torch.softmax(logits.float(), dim=-1) * self.grid()[1]).sum(dim=-1)  # float32 under autocast too
 
     def target_probs(self, y: Tensor) -> Tensor:
         """The probability of each bin under a Gaussian at ``y`` (clamped into the range) of standard deviation
         :attr:`sigma`, truncated to the range and renormalised: ``(...)`` -> ``(..., bins)``."""
-        y = y.clamp(self.low, self.high).unsqueeze(-1)
-        cdf = torch.special.ndtr((self.edges - y) / self.sigma)
+        edges, _, sigma = self.grid()
+        y = (y.clamp(self.bounds[0], self.bounds[1]) if self.auto else y.clamp(self.low, self.high)).unsqueeze(-1)
+        cdf = torch.special.ndtr((edges - y) / sigma)
         return (cdf[..., 1:] - cdf[..., :-1]) / (cdf[..., -1:] - cdf[..., :1])
 
     def outside(self, y: Tensor) -> Tensor:
         """The share of the targets ``y`` below ``low`` or above ``high`` (a scalar tensor)."""
-        return ((y < self.low) | (y > self.high)).float().mean()
+        low, high = (self.bounds[0], self.bounds[1]) if self.auto else (self.low, self.high)
+        return ((y < low) | (y > high)).float().mean()
 
     def loss(self, logits: Tensor, y: Tensor, terms: dict[str, Tensor] | None = None) -> Tensor:
         """Cross-entropy of each critic's logits ``(critics, batch, bins)`` against ``y`` ``(batch,)``'s
         histogram, averaged over the batch and summed over the critics (as TD3's squared errors are); the share of
-        ``y`` outside the range goes into ``terms`` (as :data:`OUTSIDE`) when given."""
+        ``y`` outside the range goes into ``terms`` (as :data:`OUTSIDE`) when given, an automatic range's ends too."""
         if terms is not None:
             terms[OUTSIDE] = self.outside(y.detach())
+            if self.auto:
+                terms[RANGE_LOW], terms[RANGE_HIGH] = self.bounds[0].clone(), self.bounds[1].clone()
         target = self.target_probs(y.detach())
         return -(target * F.log_softmax(logits.float(), dim=-1)).sum(dim=-1).mean(dim=-1).sum()
 
     def extra_repr(self) -> str:
+        if self.auto:
+            return f"bins={self.bins}, range=auto"
         return f"bins={self.bins}, low={self.low}, high={self.high}, sigma={self.sigma:g}"
 
 

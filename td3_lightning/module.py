@@ -68,9 +68,20 @@ def smoothed_next_action(actor: torch.nn.Module, batch: dict[str, Tensor], noise
 def bootstrap(module: TD3, batch: dict[str, Tensor], next_q: Tensor) -> Tensor:
     """``r + gamma * (1 - terminated) * next_q`` (clipped with value_clipping): a time limit (truncated) still
     bootstraps; the discount is n-step's where the batch has one."""
-    not_done = 1.0 - batch["terminated"].float()
-    return module.extensions.target_value(batch["reward"], batch.get("discount", module.hparams.gamma) * not_done,
-                                          next_q)
+    return module.extensions.target_value(batch["reward"], discounts(module, batch), next_q)
+
+
+def discounts(module: TD3, batch: dict[str, Tensor]) -> Tensor:
+    """Each transition's bootstrap factor: ``gamma`` (n-step's ``gamma^k`` where the batch has one), 0 where
+    terminated."""
+    return batch.get("discount", module.hparams.gamma) * (1.0 - batch["terminated"].float())
+
+
+def observe_rewards(module: TD3, batch: dict[str, Tensor]) -> None:
+    """An automatic value range (``critic_range auto``) takes in the batch's rewards, over every process under DDP,
+    before any Q is read; a no-op otherwise."""
+    if module.critic.head is not None:
+        module.critic.head.observe(batch["reward"], discounts(module, batch), module.stepper.largest_over_ranks)
 
 
 def joint_pass(module: TD3, batch: dict[str, Tensor], noise: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -105,7 +116,7 @@ class TD3(L.LightningModule):
         embedding_lr: Adam learning rate of the SALE encoder (> 0).
         num_critics: number of critics; the target takes the minimum over all of them (>= 2; clipped double-Q).
         critic_bins: bins of each critic's value distribution, learnt by HL-Gauss cross-entropy (0 = off, else >= 2).
-        critic_range: the interval [low, high] the bins cover, holding every Q of the run (needed with critic_bins).
+        critic_range: the interval [low, high] the bins cover, or auto: grown to hold every TD target the rewards allow.
         gamma: discount factor, in [0, 1].
         tau: Polyak rate of the target networks, in (0, 1] (1 = hard copy).
         target_networks: false: no targets; the critics read s and s' in one batch, pi(s') from the actor (CrossQ).
@@ -142,11 +153,10 @@ class TD3(L.LightningModule):
         self, obs_shape: list[int], action_low: list[float], action_high: list[float],  # the env's, linked by the CLI
         critic_obs_shape: list[int] | None = None,
         hidden_dims: list[int] = [256, 256],  # noqa: B006 - list default shows in --help
-        critic_hidden_dims: list[int] | None = None,
-        layer_norm: bool = False, batch_renorm: bool = False, batch_renorm_warmup: int = WARMUP_STEPS,
-        normalize_obs: bool = False,
+        critic_hidden_dims: list[int] | None = None, layer_norm: bool = False, batch_renorm: bool = False,
+        batch_renorm_warmup: int = WARMUP_STEPS, normalize_obs: bool = False,
         normalize_actions: bool = False, embedding_dim: int = 0, embedding_lr: float = 3e-4,
-        num_critics: int = 2, critic_bins: int = 0, critic_range: list[float] | None = None,
+        num_critics: int = 2, critic_bins: int = 0, critic_range: list[float] | Literal["auto"] | None = None,
         gamma: float = 0.99, tau: float = 0.005, target_networks: bool = True,
         target_update_every: int = 0, value_clipping: bool = False, actor_q: Literal["first", "mean", "min"] = "first",
         policy_checkpoints: bool = False, checkpoint_episodes: int = 20, checkpoint_after: int = 750000,
@@ -191,6 +201,7 @@ class TD3(L.LightningModule):
                     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """``sum_i mean (Q_i(s, a) - y)^2`` (LAP's on a batch with ``index``; HL-Gauss's with critic_bins, the share of
         ``y`` outside the range into ``terms``), the Q values ``(critics, batch)`` and LAP's ``max_i |Q_i - y|``."""
+        observe_rewards(self, batch)  # critic_range auto: the range first takes in the batch's rewards
         out, y = (joint_pass(self, batch, noise) if self.critic_target is None  # CrossQ: no target networks
                   else (self.critic(critic_view(batch), batch["action"], raw=True), self.td_target(batch, noise)))
         q = self.critic.values(out)

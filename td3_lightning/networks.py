@@ -320,9 +320,9 @@ class Networks(NamedTuple):
 
     def targets(self) -> tuple[Actor, CriticEnsemble]:
         """Frozen copies of actor and critics for the target networks. They share the observation
-        normaliser (the same statistics) and one copy of the fixed SALE encoder, as actor and critics do;
-        everything else is copied for each."""
-        shared: dict[int, object] = {id(self.normalizer): self.normalizer}
+        normaliser (the same statistics), the critics' value bins (an automatic range) and one copy of the fixed SALE
+        encoder, as actor and critics do; everything else is copied for each."""
+        shared: dict[int, object] = {id(self.normalizer): self.normalizer, id(self.critic.head): self.critic.head}
         if self.fixed_embedding is not None:
             shared[id(self.fixed_embedding)] = copy.deepcopy(self.fixed_embedding)
         return tuple(copy.deepcopy(net, dict(shared)).requires_grad_(False).eval()  # type: ignore[return-value]
@@ -339,16 +339,17 @@ def build_networks(hp: Mapping[str, Any]) -> Networks:
     actor ``[AvgL1Norm(linear(s)), z_s]``, each critic ``[AvgL1Norm(linear(s, a)), z_sa, z_s]`` with ELU.
     With ``normalize_obs`` (vector observations) both read observations through one
     :class:`~td3_lightning.normalization.ObservationNormalizer`. With ``critic_bins`` each critic is
-    distributional over ``critic_range`` (:class:`~td3_lightning.distributional.ValueHistogram`). The critics'
-    hidden layers are ``critic_hidden_dims``, or the actor's ``hidden_dims``. With ``normalize_actions`` the critics
-    (and through them SALE's ``g``) read actions rescaled to ``[-1, 1]`` (:class:`ActionRescale`).
+    distributional over ``critic_range``, fixed or ``auto`` (:class:`~td3_lightning.distributional.ValueHistogram`).
+    The critics' hidden layers are ``critic_hidden_dims``, or the actor's ``hidden_dims``. With ``normalize_actions``
+    the critics (and through them SALE's ``g``) read actions rescaled to ``[-1, 1]`` (:class:`ActionRescale`).
     """
     obs_shape, action_low, action_high = hp["obs_shape"], hp["action_low"], hp["action_high"]
     hidden_dims, num_critics, layer_norm = hp["hidden_dims"], hp["num_critics"], hp["layer_norm"]
     critic_dims = hp.get("critic_hidden_dims") or hidden_dims
     norm = ObservationNormalizer(int(obs_shape[0])) if hp["normalize_obs"] else None
     bins, value_range = hp["critic_bins"], hp["critic_range"]
-    head = ValueHistogram(bins, *value_range) if bins and value_range is not None else None
+    head = None if not bins or value_range is None else (
+        ValueHistogram(bins) if value_range == "auto" else ValueHistogram(bins, *value_range))
     obs_dim, action_dim = int(obs_shape[0]), len(action_low)
     rescale = ActionRescale(action_low, action_high) if hp.get("normalize_actions") else None
     if hp["embedding_dim"]:

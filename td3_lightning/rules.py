@@ -55,12 +55,16 @@ MODEL_RULES: dict[str, Rule] = {
                   f"{o['critic_hidden_dims']}"),
     "value bins need the range they cover": Rule(
         lambda o: not o.get("critic_bins") or o.get("critic_range") is not None,
-        lambda o: f"model.critic_bins {o.get('critic_bins')} needs model.critic_range [low, high], the range of the "
-                  "critics' Q values (e.g. [-100, 2000] for HalfCheetah: docs/options.md)"),
+        lambda o: f"model.critic_bins {o.get('critic_bins')} needs model.critic_range: auto, or [low, high], the "
+                  "range of the critics' Q values (e.g. [-100, 2000] for HalfCheetah: docs/options.md)"),
     "a value range is [low, high]": Rule(
-        lambda o: o.get("critic_range") is None or is_range(o["critic_range"]),
+        lambda o: o.get("critic_range") in (None, "auto") or is_range(o["critic_range"]),
         lambda o: f"model.critic_range must be [low, high], two finite numbers with low < high, got "
                   f"{o.get('critic_range')}"),
+    "an automatic value range needs a discount": Rule(
+        lambda o: not (o.get("critic_bins") and o.get("critic_range") == "auto" and o["gamma"] >= 1),
+        lambda o: f"model.critic_range auto holds r / (1 - gamma), unbounded at model.gamma {o['gamma']}: set "
+                  "model.gamma below 1, or model.critic_range [low, high]"),
     "resets come after training steps": Rule(
         lambda o: _training_steps(o["reset_steps"]),
         lambda o: f"model.reset_steps must be training steps >= 1, e.g. [60000], got {o['reset_steps']}"),

@@ -4,7 +4,7 @@ through them otherwise (precision plugins, DDP, callbacks), and the compiled upd
 from __future__ import annotations
 
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import lightning as L
@@ -13,7 +13,7 @@ from torch import Tensor
 
 from td3_lightning import _lightning
 from td3_lightning.captured import CapturedUpdate
-from td3_lightning.distributed import average_gradients
+from td3_lightning.distributed import average_gradients, largest_over_ranks
 from td3_lightning.errors import UserInputError
 from td3_lightning.guards import LossGuard
 
@@ -38,10 +38,12 @@ class Stepper:
         self.guard = LossGuard()
         self.optimizers: list[Any] = []  # the LightningOptimizers of the training step being taken
         self.step_taken = 0  # its number (global_step + 1)
+        self.largest_over_ranks: Callable[[Tensor], Tensor] | None = None  # a maximum over the DDP processes
 
     def configure(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         """Choose the paths when training starts, by what the run needs."""
         self.direct = direct_update_possible(trainer, module)
+        self.largest_over_ranks = largest_over_ranks(trainer)
         self.check_each_loss = checks_each_loss(module.device)
 
     def compile(self, module: Any, mode: str) -> tuple[Any, bool]:

@@ -110,10 +110,18 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
             boolean = " (write true or false)" if expected == "a bool" else ""
             items = re.split(r"[\s,]+", bare.strip("()"))  # 64,64 / (64, 64) / '64 64'
             bracket = (f" (a list is written in brackets, e.g. '[{', '.join(items)}]')" if "list" in expected and bare
-                       and bare[0] not in "[{" else "")
+                       and bare[0] not in "[{" and all(_is_number(item) for item in items) else "")
             return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{whole}{split}{boolean}{bracket}"
         return f"invalid value for {key}: " + _clean_type(" ".join(detail))
     return _clean_type(" ".join(lines))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _unclosed_hint(value: str) -> str:

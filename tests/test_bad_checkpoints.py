@@ -165,8 +165,8 @@ def test_bad_checkpoint_one_line_nothing_written(
          "error: invalid value for model.hidden_dims: expected a list, got '64,64' (a list is written in brackets, "
          "e.g. '[64, 64]')"),
         (["--model.critic_range", "(0, 10)"], None,
-         "error: invalid value for model.critic_range: expected one of list[float], None, got '(0, 10)' (a list is "
-         "written in brackets, e.g. '[0, 10]')"),
+         "error: invalid value for model.critic_range: expected one of list[float], 'auto', None, got '(0, 10)' "
+         "(a list is written in brackets, e.g. '[0, 10]')"),
         ([], {"gamma": 0.9}, "error: unknown key gamma in the configuration (did you mean model.gamma? each option "
                              "is under its group); --help lists the options"),
         ([], {"fit": {"trainer": {"max_steps": 10}}},

@@ -98,8 +98,9 @@ def _adam_states(optimizers: list[torch.optim.Optimizer]) -> list[dict]:
 
 @pytest.mark.parametrize("options", [{}, {"layer_norm": True, "preactivation_penalty": 1e-3, "num_critics": 3,
                                           "actor_q": "min"},
-                                     {"critic_bins": 11, "critic_range": [-5.0, 5.0]}],
-                         ids=["plain", "layer_norm-penalty-3critics-min", "distributional"])
+                                     {"critic_bins": 11, "critic_range": [-5.0, 5.0]},
+                                     {"critic_bins": 11, "critic_range": "auto"}],
+                         ids=["plain", "layer_norm-penalty-3critics-min", "distributional", "distributional-auto"])
 def test_the_static_buffer_update_steps_bit_for_bit_like_td3_update(options):
     """20 steps (10 actor steps, the learning rate moving every step, Adam states reloaded at step 12): the
     same losses, weights, targets and Adam states, exactly; the warm-up before the first step is undone."""

@@ -86,9 +86,11 @@ def test_checkpoint_holds_every_ranks_replay_and_resume_is_exact(ddp_runs):
     assert "resumed mid-episode" not in (ddp_runs / "resume_stderr.txt").read_text()
 
 
-# TD7's options that run under DDP (policy checkpoints assess one process's episodes and are refused there)
+# TD7's options that run under DDP (policy checkpoints assess one process's episodes and are refused there), with
+# HL-Gauss critics on an automatic range (the widest of both processes' batches)
 TD7 = ["--model.normalize_obs", "true", "--data.sampler", "lap", "--model.embedding_dim", "16",
-       "--model.target_update_every", "50", "--data.batch_size", "32"]
+       "--model.target_update_every", "50", "--data.batch_size", "32", "--model.critic_bins", "11",
+       "--model.critic_range", "auto"]
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +117,11 @@ def test_td7_options_keep_ranks_identical_with_shared_statistics_and_own_priorit
     assert p0.shape == p1.shape == (600,)  # one per transition of the rank's own buffer
     assert p0.max() > 1.0 and p1.max() > 1.0  # each rank's update wrote its own batches' TD errors
     assert not torch.equal(p0, p1)
+    # the automatic range, the same on both ranks (in the weights' sums above): Pendulum's rewards lie in [-16.3, 0],
+    # so it holds the worst reward of both buffers over 1 - gamma (0.98) and its top stays where it started
+    low, high = ckpt["state_dict"]["critic.head.bounds"].tolist()
+    worst = min(float(rank["replay"]["reward"][:600].min()) for rank in (data, data["other_ranks"][0]))
+    assert high == 1.0 and worst / (1 - 0.98) * 1.0001 <= low < -100.0
 
 
 def test_td7_options_resume_exactly_under_ddp(td7_runs):

@@ -11,7 +11,7 @@ import torch
 from conftest import fit_checkpointed, quiet_trainer, small_batch
 
 from td3_lightning import TD3, EnvLoop, ReplayDataModule
-from td3_lightning.distributional import OUTSIDE, SIGMA_PER_BIN, ValueHistogram
+from td3_lightning.distributional import AUTO_START, OUTSIDE, RANGE_HIGH, RANGE_LOW, SIGMA_PER_BIN, ValueHistogram
 from td3_lightning.errors import UserInputError
 
 ENV = "td3test/ConstantReward-v0"
@@ -81,8 +81,8 @@ def test_each_critics_q_is_the_expectation_of_its_bins_and_its_loss_the_cross_en
 
 def test_the_bins_are_options_not_weights_and_a_bad_range_is_one_line():
     m = _module()
-    assert not any("edges" in k or "centers" in k for k in m.state_dict())
-    with pytest.raises(UserInputError, match=r"^model.critic_bins 11 needs model.critic_range \[low, high\]"):
+    assert not any("edges" in k or "centers" in k or "bounds" in k for k in m.state_dict())
+    with pytest.raises(UserInputError, match=r"^model.critic_bins 11 needs model.critic_range: auto, or \[low, high\]"):
         TD3([3], [-1.0], [1.0], critic_bins=11)
     with pytest.raises(UserInputError, match=r"^model.critic_range must be \[low, high\], two finite numbers with "
                                              r"low < high, got \[2.0, -2.0\]$"):
@@ -124,19 +124,62 @@ def test_targets_beyond_a_range_too_small_are_logged_and_warned_of_once():
     assert model.critic(torch.zeros(1, 2), torch.zeros(1, 1)).max().item() < 2.0  # capped inside the range
 
 
-def _fit(path, max_steps: int, ckpt_path=None, every: int | None = None):
+def test_an_automatic_range_holds_every_target_the_rewards_allow():
+    head = ValueHistogram(11)  # critic_range auto
+    assert head.auto and head.range() == AUTO_START
+    head.observe(torch.tensor([0.5, 2.0, -3.0]), torch.tensor([0.9, 0.0, 0.99]))  # the second one terminated
+    low, high = head.range()
+    assert low == pytest.approx(-300.0) and high == pytest.approx(5.0)  # -3 / 0.01 and 0.5 / 0.1; 2 / 1 inside
+    head.observe(torch.tensor([0.1, -0.5]), torch.tensor([0.5, 0.0]))  # 0.2 and -0.5: inside, nothing moves
+    assert head.range() == (low, high)
+    edges, centers, sigma = head.grid()
+    assert (edges[0].item(), edges[-1].item()) == (low, high) and centers.shape == (11,)
+    assert float(sigma) == pytest.approx(SIGMA_PER_BIN * 305.0 / 11)
+    for reward, discount in [(0.5, 0.9), (2.0, 0.0), (-3.0, 0.99), (0.1, 0.5)]:  # r + d Q' with Q' at either end
+        for q in (low, high):
+            assert head.outside(torch.tensor([reward + discount * q])).item() == 0.0
+    p = head.target_probs(torch.tensor([high]))  # the target histogram is on the widened bins
+    assert p.argmax().item() == 10 and (p * centers).sum().item() < high
+    fixed = ValueHistogram(11, -5.0, 5.0)
+    fixed.observe(torch.tensor([100.0]), torch.tensor([0.99]))
+    assert fixed.range() == (-5.0, 5.0)  # a fixed range stays
+
+
+def test_with_an_automatic_range_q_converges_to_the_infinite_horizon_value_at_the_ranges_top():
+    """Reward 1 forever, truncated every 5 steps, gamma 0.8: the range grows to [-1, 1 / (1 - 0.8)] = [-1, 5] and
+    Q -> 5; the targets and their target networks share the range, none falls outside, and the ends are logged."""
+    L.seed_everything(0)
+    dm = ReplayDataModule(ENV, env_kwargs={"horizon": 5}, warmup_steps=200, batch_size=64, buffer_size=5000)
+    model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[32, 32], gamma=0.8, tau=0.05,
+                critic_lr=3e-3, critic_bins=51, critic_range="auto")
+    assert model.critic_target.head is model.critic.head
+    trainer = quiet_trainer(max_steps=1500, callbacks=[EnvLoop()])
+    trainer.fit(model, dm)
+    low, high = model.critic.head.range()
+    assert low == -1.0 and high == pytest.approx(5.0)
+    obs, act = torch.rand(512, 2) * 2 - 1, torch.rand(512, 1) * 2 - 1
+    with torch.no_grad():
+        q = model.critic(obs, act)
+    assert abs(q.mean().item() - 5.0) < 0.35, q.mean().item()
+    assert trainer.callback_metrics[f"train/{OUTSIDE}"].item() == 0.0
+    assert trainer.callback_metrics[f"train/{RANGE_HIGH}"].item() == pytest.approx(5.0)
+    assert trainer.callback_metrics[f"train/{RANGE_LOW}"].item() == -1.0
+
+
+def _fit(path, max_steps: int, ckpt_path=None, every: int | None = None, value_range=(-5.0, 25.0)):
     L.seed_everything(5)
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=70, sampler="lap")
     model = TD3(dm.obs_shape, dm.action_low, dm.action_high, hidden_dims=[16, 16], critic_bins=21,
-                critic_range=[-5.0, 25.0])
+                critic_range=value_range if value_range == "auto" else list(value_range))
     fit_checkpointed(model, dm, max_steps, path, every, ckpt_path)
     return model, dm
 
 
-def test_a_distributional_run_with_lap_resumes_exactly(tmp_path):
-    straight, dm_a = _fit(tmp_path / "a", 120)
-    _fit(tmp_path / "b", 60, every=60)  # 60 + 20 warm-up env steps: an episode's end
-    resumed, dm_b = _fit(tmp_path / "c", 120, ckpt_path=tmp_path / "b" / "s60.ckpt")
+@pytest.mark.parametrize("value_range", [(-5.0, 25.0), "auto"])
+def test_a_distributional_run_with_lap_resumes_exactly(tmp_path, value_range):
+    straight, dm_a = _fit(tmp_path / "a", 120, value_range=value_range)
+    _fit(tmp_path / "b", 60, every=60, value_range=value_range)  # 60 + 20 warm-up env steps: an episode's end
+    resumed, dm_b = _fit(tmp_path / "c", 120, ckpt_path=tmp_path / "b" / "s60.ckpt", value_range=value_range)
     sa, sb = straight.state_dict(), resumed.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa), [k for k in sa if not torch.equal(sa[k], sb[k])]
     assert torch.equal(dm_a.buffer.sampler.priority, dm_b.buffer.sampler.priority)

@@ -20,11 +20,15 @@ BROKEN = {
         {"critic_hidden_dims": []}, "model.critic_hidden_dims must be positive sizes, e.g. [1024, 1024], or null (the "
                                     "actor's), got []"),
     "value bins need the range they cover": (
-        {"critic_bins": 51}, "model.critic_bins 51 needs model.critic_range [low, high], the range of the critics' Q "
-                             "values (e.g. [-100, 2000] for HalfCheetah: docs/options.md)"),
+        {"critic_bins": 51}, "model.critic_bins 51 needs model.critic_range: auto, or [low, high], the range of the "
+                             "critics' Q values (e.g. [-100, 2000] for HalfCheetah: docs/options.md)"),
     "a value range is [low, high]": (
         {"critic_range": [0.0, float("inf")]},
         "model.critic_range must be [low, high], two finite numbers with low < high, got [0.0, inf]"),
+    "an automatic value range needs a discount": (
+        {"critic_bins": 51, "critic_range": "auto", "gamma": 1.0},
+        "model.critic_range auto holds r / (1 - gamma), unbounded at model.gamma 1.0: set model.gamma below 1, or "
+        "model.critic_range [low, high]"),
     "resets come after training steps": (
         {"reset_steps": [100, True]}, "model.reset_steps must be training steps >= 1, e.g. [60000], got [100, True]"),
     "the fixed encoder refreshes at hard target updates": (

@@ -162,11 +162,14 @@ def test_reset_networks_draws_fresh_weights_in_place_and_zeroes_adam(tmp_path):
     assert not torch.equal(second["critic.weights.0"], model.critic.weights[0])
 
 
-def test_a_reset_keeps_the_observation_statistics_and_value_clippings_bounds(tmp_path):
-    _, model, _, _ = _fit(tmp_path, 40, normalize_obs=True, value_clipping=True, target_update_every=10)
-    kept = {k: v.clone() for k, v in model.state_dict().items() if "normalizer." in k or "target_value." in k}
+def test_a_reset_keeps_the_observation_statistics_value_clippings_bounds_and_an_automatic_value_range(tmp_path):
+    _, model, _, _ = _fit(tmp_path, 40, normalize_obs=True, value_clipping=True, target_update_every=10,
+                          critic_bins=11, critic_range="auto")
+    kept = {k: v.clone() for k, v in model.state_dict().items()
+            if "normalizer." in k or "target_value." in k or "head.bounds" in k}
     bounds = kept["extensions.target_value.low"], kept["extensions.target_value.high"]
     assert kept["actor.normalizer.count"].item() > 0 and bounds[0] < bounds[1]
+    assert kept["critic.head.bounds"].tolist() != [-1.0, 1.0]  # widened by the rewards
     weight = model.actor.net[0].weight.clone()
     reset_networks(model)
     for name, tensor in kept.items():

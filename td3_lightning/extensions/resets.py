@@ -29,9 +29,10 @@ class NetworkResets(StepHook):
             reset_networks(module)
 
 #: what a reset keeps besides the buffer: the policy checkpoint and the return it was assessed on, value clipping's
-#: bounds, and the observation statistics (the data's, not learned): the fresh networks read what the old ones did
+#: bounds, the observation statistics and an automatic value range (the data's, not learned): the fresh networks read
+#: what the old ones did
 KEPT = ("policy_checkpoint.", "extensions.target_value.")
-KEPT_PARTS = (".normalizer.",)
+KEPT_PARTS = (".normalizer.", ".head.bounds")
 
 
 def _kept(name: str) -> bool:
