@@ -224,6 +224,8 @@ OPTIONS = {
     "td3_lightning + policy_checkpoints": lambda n, d: run_td3_lightning(n, d, ("--model.policy_checkpoints", "true")),
     "td3_lightning + critic_bins 101 (HL-Gauss)": lambda n, d: run_td3_lightning(
         n, d, ("--model.critic_bins", "101", "--model.critic_range", "[-300, 300]")),
+    "td3_lightning + critic_bins 101, critic_range auto": lambda n, d: run_td3_lightning(
+        n, d, ("--model.critic_bins", "101", "--model.critic_range", "auto")),
     "td3_lightning + critic_hidden_dims [1024, 1024]": lambda n, d: run_td3_lightning(
         n, d, ("--model.critic_hidden_dims", "[1024, 1024]")),
     "td3_lightning + CrossQ (batch_renorm, no target networks)": lambda n, d: run_td3_lightning(
