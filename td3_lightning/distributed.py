@@ -78,10 +78,16 @@ def average_gradients(trainer: L.Trainer, module: torch.nn.Module) -> None:
 
 
 def largest_over_ranks(trainer: L.Trainer | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """Under DDP, a function that returns a tensor's elementwise maximum over all ranks (a collective); else None."""
+    """Under DDP, a function that returns a tensor's elementwise maximum over all ranks (one all-reduce, no barrier:
+    every rank calls it at the same point of its update); else None."""
     if not is_distributed(trainer):
         return None
-    return lambda tensor: trainer.strategy.reduce(tensor, reduce_op="max")
+
+    def largest(tensor: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return tensor
+
+    return largest
 
 
 def without_reducer_sync(trainer: L.Trainer) -> None:

@@ -48,17 +48,22 @@ class ValueHistogram(nn.Module):
 
     def __init__(self, bins: int, low: float | None = None, high: float | None = None) -> None:
         super().__init__()
+        if (low is None) != (high is None):
+            raise ValueError("a value range needs both ends, or neither (an automatic range)")
         self.bins, self.auto = int(bins), low is None
-        self.low, self.high = AUTO_START if self.auto else (float(low), float(high))
         unit = torch.linspace(0.0, 1.0, self.bins + 1, dtype=torch.float64)
+        self.register_buffer("unit", unit.float(), persistent=False)
+        self.warned = False  # watch_range's one warning
+        if self.auto:  # state, saved in checkpoints: the bins follow it (grid)
+            self.low = self.high = self.sigma = None
+            self.register_buffer("bounds", torch.tensor(AUTO_START))
+            return
+        # derived from the options: not saved in checkpoints
+        self.low, self.high = float(low), float(high)
         edges = self.low + (self.high - self.low) * unit
-        # derived from the options: not saved in checkpoints; an automatic range is state, saved
         self.register_buffer("edges", edges.float(), persistent=False)
         self.register_buffer("centers", ((edges[:-1] + edges[1:]) / 2).float(), persistent=False)
-        self.register_buffer("unit", unit.float(), persistent=False)
-        self.register_buffer("bounds", torch.tensor([self.low, self.high]), persistent=self.auto)
         self.sigma = SIGMA_PER_BIN * (self.high - self.low) / self.bins
-        self.warned = False  # watch_range's one warning
 
     def grid(self) -> tuple[Tensor, Tensor, Tensor | float]:
         """The bins' edges ``(bins + 1,)``, their centres ``(bins,)`` and the Gaussian's standard deviation."""
@@ -83,8 +88,7 @@ class ValueHistogram(nn.Module):
 
     def range(self) -> tuple[float, float]:
         """The range ``(low, high)`` now (a host read with an automatic range)."""
-        low, high = self.bounds.tolist() if self.auto else (self.low, self.high)
-        return low, high
+        return tuple(self.bounds.tolist()) if self.auto else (self.low, self.high)
 
     def expectation(self, logits: Tensor) -> Tensor:
         """``sum_k softmax(logits)_k c_k``: the Q value of logits ``(..., bins)`` -> ``(...)``."""
@@ -127,7 +131,8 @@ def watch_range(means: dict[str, Tensor], head: ValueHistogram | None) -> dict[s
     if head is None or share is None or head.warned or share.item() <= OUTSIDE_WARNING:
         return means
     head.warned = True
+    low, high = head.range()
     rank_zero_warn(f"train/{OUTSIDE}: {share.item():.1%} of the critics' TD targets since the last log fell outside "
-                   f"model.critic_range [{head.low:g}, {head.high:g}], where they count as its ends and the Q values "
+                   f"model.critic_range [{low:g}, {high:g}], where they count as its ends and the Q values "
                    "cannot follow them; widen model.critic_range to hold every Q of the run (docs/options.md)")
     return means

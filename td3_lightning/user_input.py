@@ -108,7 +108,7 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
                 if math.isfinite(number) and number == int(number):
                     whole = f" (a float: write the whole number as {int(number)})"
             boolean = " (write true or false)" if expected == "a bool" else ""
-            items = re.split(r"[\s,]+", bare.strip("()"))  # 64,64 / (64, 64) / '64 64'
+            items = [i for i in re.split(r"[\s,]+", bare.strip("()")) if i]  # 64,64 / (64, 64) / '64 64'
             bracket = (f" (a list is written in brackets, e.g. '[{', '.join(items)}]')" if "list" in expected and bare
                        and bare[0] not in "[{" and all(_is_number(item) for item in items) else "")
             return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{whole}{split}{boolean}{bracket}"

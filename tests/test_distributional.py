@@ -184,3 +184,7 @@ def test_a_distributional_run_with_lap_resumes_exactly(tmp_path, value_range):
     assert all(torch.equal(sa[k], sb[k]) for k in sa), [k for k in sa if not torch.equal(sa[k], sb[k])]
     assert torch.equal(dm_a.buffer.sampler.priority, dm_b.buffer.sampler.priority)
     assert sa["critic.weights.2"].shape == (2, 16, 21)  # the last layer outputs the bins' logits
+    if value_range == "auto":  # the range is in the checkpoint the resume started from: reward 1 at gamma 0.99
+        saved = torch.load(tmp_path / "b" / "s60.ckpt", weights_only=False)["state_dict"]
+        assert torch.equal(saved["critic.head.bounds"], saved["critic_target.head.bounds"])
+        assert saved["critic.head.bounds"].tolist() == pytest.approx([-1.0, 100.0])  # 1 / (1 - 0.99) in float32
