@@ -19,6 +19,9 @@ from td3_lightning.errors import DuplicateKeyError, UniqueKeyLoader, UserInputEr
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
+#: a number as a command line writes it (1, -2.5, 3e-4, .5)
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
 
 def _clean_type(text: str) -> str:
     text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
@@ -110,18 +113,10 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
             boolean = " (write true or false)" if expected == "a bool" else ""
             items = [i for i in re.split(r"[\s,]+", bare.strip("()")) if i]  # 64,64 / (64, 64) / '64 64'
             bracket = (f" (a list is written in brackets, e.g. '[{', '.join(items)}]')" if "list" in expected and bare
-                       and bare[0] not in "[{" and all(_is_number(item) for item in items) else "")
+                       and bare[0] not in "[{" and all(NUMBER.fullmatch(item) for item in items) else "")
             return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{whole}{split}{boolean}{bracket}"
         return f"invalid value for {key}: " + _clean_type(" ".join(detail))
     return _clean_type(" ".join(lines))
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _unclosed_hint(value: str) -> str:

@@ -167,6 +167,8 @@ def test_bad_checkpoint_one_line_nothing_written(
         (["--model.critic_range", "(0, 10)"], None,
          "error: invalid value for model.critic_range: expected one of list[float], 'auto', None, got '(0, 10)' "
          "(a list is written in brackets, e.g. '[0, 10]')"),
+        (["--model.critic_range", "autox"], None,  # a word, not numbers: no hint of brackets
+         "error: invalid value for model.critic_range: expected one of list[float], 'auto', None, got 'autox'"),
         ([], {"gamma": 0.9}, "error: unknown key gamma in the configuration (did you mean model.gamma? each option "
                              "is under its group); --help lists the options"),
         ([], {"fit": {"trainer": {"max_steps": 10}}},
@@ -216,7 +218,7 @@ def test_bad_checkpoint_one_line_nothing_written(
          "config-wrong-type", "config-unknown-trainer-key", "misspelt-group", "config-misspelt-group",
          "a-prefix-is-not-the-option", "option-outside-its-group",
          "option-a-prefix-of-others", "unquoted-list", "list-without-brackets", "range-without-brackets",
-         "config-option-outside-its-group",
+         "range-a-word", "config-option-outside-its-group",
          "config-subcommand-level", "config-group-inside-another", "config-section-a-number",
          "config-section-a-list", "config-section-no-file", "validation-on-test-seeds", "test-on-validation-seeds",
          "selection-on-validation-seeds", "print-config-checks-first", "selection-seed-none",
