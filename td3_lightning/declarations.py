@@ -125,8 +125,8 @@ def _literal(hint: Any) -> tuple[Any, ...]:
 def _choices(hint: Any) -> tuple[Any, ...]:
     """The values a ``Literal`` hint (or an optional one) allows; none where the union takes other types too
     (``list[float] | Literal["auto"]``: its rules check it)."""
-    members = [a for a in typing.get_args(hint) if a is not type(None)] if _nullable(hint) or typing.get_origin(
-        hint) in (typing.Union, types.UnionType) else [hint]
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    members = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
     if not all(_literal(a) for a in members):
         return ()
     return tuple(c for a in members for c in _literal(a))

@@ -52,11 +52,11 @@ class ValueHistogram(nn.Module):
             raise ValueError("a value range needs both ends, or neither (an automatic range)")
         self.bins, self.auto = int(bins), low is None
         unit = torch.linspace(0.0, 1.0, self.bins + 1, dtype=torch.float64)
-        self.register_buffer("unit", unit.float(), persistent=False)
         self.warned = False  # watch_range's one warning
         if self.auto:  # state, saved in checkpoints: the bins follow it (grid)
             self.low = self.high = self.sigma = None
             self.register_buffer("bounds", torch.tensor(AUTO_START))
+            self.register_buffer("unit", unit.float(), persistent=False)
             return
         # derived from the options: not saved in checkpoints
         self.low, self.high = float(low), float(high)
@@ -65,11 +65,15 @@ class ValueHistogram(nn.Module):
         self.register_buffer("centers", ((edges[:-1] + edges[1:]) / 2).float(), persistent=False)
         self.sigma = SIGMA_PER_BIN * (self.high - self.low) / self.bins
 
+    def ends(self) -> tuple[Tensor | float, Tensor | float]:
+        """``(low, high)``: an automatic range's as tensors (no host read), a fixed range's as numbers."""
+        return (self.bounds[0], self.bounds[1]) if self.auto else (self.low, self.high)
+
     def grid(self) -> tuple[Tensor, Tensor, Tensor | float]:
         """The bins' edges ``(bins + 1,)``, their centres ``(bins,)`` and the Gaussian's standard deviation."""
         if not self.auto:
             return self.edges, self.centers, self.sigma
-        low, high = self.bounds[0], self.bounds[1]
+        low, high = self.ends()
         edges = torch.lerp(low, high, self.unit)  # exact at both ends
         return edges, (edges[:-1] + edges[1:]) / 2, SIGMA_PER_BIN * (high - low) / self.bins
 
@@ -98,13 +102,13 @@ class ValueHistogram(nn.Module):
         """The probability of each bin under a Gaussian at ``y`` (clamped into the range) of standard deviation
         :attr:`sigma`, truncated to the range and renormalised: ``(...)`` -> ``(..., bins)``."""
         edges, _, sigma = self.grid()
-        y = (y.clamp(self.bounds[0], self.bounds[1]) if self.auto else y.clamp(self.low, self.high)).unsqueeze(-1)
+        y = y.clamp(*self.ends()).unsqueeze(-1)
         cdf = torch.special.ndtr((edges - y) / sigma)
         return (cdf[..., 1:] - cdf[..., :-1]) / (cdf[..., -1:] - cdf[..., :1])
 
     def outside(self, y: Tensor) -> Tensor:
         """The share of the targets ``y`` below ``low`` or above ``high`` (a scalar tensor)."""
-        low, high = (self.bounds[0], self.bounds[1]) if self.auto else (self.low, self.high)
+        low, high = self.ends()
         return ((y < low) | (y > high)).float().mean()
 
     def loss(self, logits: Tensor, y: Tensor, terms: dict[str, Tensor] | None = None) -> Tensor:

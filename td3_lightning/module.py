@@ -79,8 +79,8 @@ def discounts(module: TD3, batch: dict[str, Tensor]) -> Tensor:
 
 def observe_rewards(module: TD3, batch: dict[str, Tensor]) -> None:
     """An automatic value range (``critic_range auto``) takes in the batch's rewards, over every process under DDP,
-    before any Q is read; a no-op otherwise."""
-    if module.critic.head is not None:
+    before any Q is read; a no-op otherwise (nothing computed)."""
+    if module.critic.head is not None and module.critic.head.auto:
         module.critic.head.observe(batch["reward"], discounts(module, batch), module.stepper.largest_over_ranks)
 
 
