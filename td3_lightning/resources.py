@@ -1,5 +1,6 @@
-"""What the machine must give a fit, checked before anything is built: memory for the replay buffer, and disk for
-its checkpoints (the folders it writes: ``trainer_options.check_folder_option``). One line with the figures."""
+"""What the machine must give a fit, checked before anything is built: memory for the replay buffer, disk for its
+checkpoints (the folders it writes: ``trainer_options.check_folder_option``), cores for its processes, and bfloat16
+arithmetic for ``trainer.precision bf16-mixed`` on the CPU. One line with the figures."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from td3_lightning.errors import UserInputError
@@ -78,3 +80,21 @@ def warn_if_cores_short(processes: int, cores: int | None) -> None:
     if cores is not None and processes > cores:
         rank_zero_warn(f"trainer.devices asks for {processes} processes on {cores} CPU cores: they slow each other "
                        f"down; use at most {cores} (or a GPU)")
+
+
+def native_bfloat16() -> bool | None:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX), or None where torch cannot tell."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if not all(callable(probe) for probe in probes):  # torch's own probes (private: this is their one use)
+        return None
+    return any(bool(probe()) for probe in probes)
+
+
+def bfloat16_emulated_warning(precision: str, native: bool | None) -> tuple[str, ...]:
+    """The warning of a CPU fit in ``precision`` (a bfloat16 autocast: bf16-mixed, or 16-mixed, which the CPU runs as
+    bf16-mixed) on a CPU that has no bfloat16 arithmetic (``native`` False): torch emulates it, far slower."""
+    if native is not False or str(precision) in ("32", "32-true"):
+        return ()
+    return (f"trainer.precision {precision} on a CPU with no bfloat16 arithmetic (neither AVX512-BF16 nor AMX): torch "
+            "emulates it, and the networks train several times slower than in 32-true; leave --trainer.precision "
+            "out (or give 32-true) on this machine",)

@@ -16,7 +16,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.accelerators import CUDAAccelerator
+from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.utilities import rank_zero_warn
 
 from td3_lightning.declarations import signature_defaults
@@ -31,7 +31,9 @@ from td3_lightning.extensions.teacher import check_teacher
 from td3_lightning.resources import (
     available_cores,
     available_memory,
+    bfloat16_emulated_warning,
     check_replay_memory,
+    native_bfloat16,
     warn_if_cores_short,
     warn_if_disk_short,
 )
@@ -59,6 +61,8 @@ def validate_run(trainer: L.Trainer, model: L.LightningModule, data: Any, stage:
         check_batch_renorm_processes(model.hparams, trainer.world_size, resumed=checkpoint is not None)
         check_schedule_length(model.hparams, trainer.max_steps)
         _replay_resources(trainer, data)
+        if isinstance(trainer.accelerator, CPUAccelerator):
+            warnings += bfloat16_emulated_warning(trainer.precision, native_bfloat16())
         if model.hparams.get("teacher"):  # read when fitting starts
             check_teacher(model.hparams.teacher, model.hparams)
         if new_run:  # no option that does nothing (a checkpoint that has one resumes as it was trained)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import warnings
 import shlex
 import shutil
 from collections import namedtuple
@@ -215,3 +216,39 @@ def test_a_stop_names_the_last_ckpt_of_this_run_only(tmp_path):
     assert failed.standing is None and failed.stop is None
     failed.on_exception(trainer, None, full)
     assert failed.standing == Standing(older, 200) and failed.stop is None
+
+
+def test_native_bfloat16_agrees_with_the_cpu_flags():
+    """torch's probes against what Linux lists: avx512_bf16 or amx_bf16 among the CPU's flags."""
+    from pathlib import Path
+
+    from td3_lightning.resources import native_bfloat16
+
+    info = Path("/proc/cpuinfo")
+    if not info.exists():
+        pytest.skip("no /proc/cpuinfo to read the CPU's flags from")
+    flags = set(next(line for line in info.read_text().splitlines() if line.startswith("flags")).split())
+    assert native_bfloat16() is bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+def test_bf16_mixed_on_a_cpu_that_emulates_bfloat16_is_warned_of(tmp_path, monkeypatch):
+    import td3_lightning.validation as validation
+    from td3_lightning.resources import bfloat16_emulated_warning
+
+    told = ("trainer.precision bf16-mixed on a CPU with no bfloat16 arithmetic (neither AVX512-BF16 nor AMX): torch "
+            "emulates it, and the networks train several times slower than in 32-true; leave --trainer.precision out "
+            "(or give 32-true) on this machine",)
+    assert bfloat16_emulated_warning("bf16-mixed", False) == told
+    assert bfloat16_emulated_warning("bf16-mixed", True) == ()
+    assert bfloat16_emulated_warning("bf16-mixed", None) == ()  # not known: not told
+    assert bfloat16_emulated_warning("32-true", False) == ()
+
+    monkeypatch.chdir(tmp_path)
+    tiny = ["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.max_steps", "2",
+            "--data.eval_episodes", "1", "--learning_curve.filename", "", "--trainer.accelerator", "cpu"]
+    for native, precision, expected in ((False, "bf16-mixed", told), (True, "bf16-mixed", ()), (False, "32-true", ())):
+        monkeypatch.setattr(validation, "native_bfloat16", lambda native=native: native)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            main([*tiny, "--trainer.precision", precision, "--trainer.default_root_dir", f"{native}{precision}"])
+        assert tuple(str(w.message) for w in caught if "bfloat16" in str(w.message)) == expected
