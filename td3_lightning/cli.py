@@ -99,7 +99,8 @@ CHECKPOINT_DEFAULTS: dict[str, Any] = {
 #: Lightning's own code; the resolved arguments are passed to LightningCLI explicitly (they are
 #: sys.argv's, not a second set); every run (a resume, a test) writes into a run folder of its own,
 #: so the checkpoint callback's folder always differs from the one a checkpoint was saved in; a run's
-#: time limit (Lightning's Timer) is not needed to test its checkpoint or to resume it without one.
+#: time limit (Lightning's Timer) is not needed to test its checkpoint or to resume it without one; 16-mixed
+#: runs as bf16-mixed on a CPU, as --help says, and 16 is 16-mixed.
 EXPECTED_WARNINGS = (
     r"Found \d+ module\(s\) in eval mode",
     r"Your `IterableDataset` has `__len__` defined",
@@ -109,6 +110,8 @@ EXPECTED_WARNINGS = (
     r"The dirpath has changed from",
     r"Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided during "
     r"`Trainer` instantiation\. Please add the following callbacks: \['Timer'\]",
+    r"You passed `Trainer\(accelerator='cpu', precision='16-mixed'\)` but AMP with fp16 is not supported on CPU",
+    r"`precision=16` is supported for historical reasons",
 )
 
 #: Lightning's warning that a checkpoint's callbacks (another checkpoint.monitor's, a Timer) are not in this run

@@ -37,7 +37,8 @@ SPACE_RULES: dict[str, Rule] = {
                   "the MLP networks alone take 1-D observations"),
     "a CNN encoder reads images": Rule(
         lambda o: o["encoder"] != "cnn" or len(o["obs_shape"]) == 3,
-        lambda o: f"model.encoder cnn needs image observations (C, H, W), got shape {tuple(o['obs_shape'])}"),
+        lambda o: f"model.encoder cnn needs image observations (C, H, W), got shape {tuple(o['obs_shape'])}; "
+                  "give model.encoder auto (or none) for these"),
     "images are large enough for the CNN": Rule(
         lambda o: len(o["obs_shape"]) != 3 or min(o["obs_shape"][1:]) >= MIN_IMAGE_SIZE,
         lambda o: f"images of {o['obs_shape'][1:]} pixels are too small for the CNN encoder: it needs at least "

@@ -132,6 +132,9 @@ def check_seed(seed: Any) -> None:
 
 #: the trainer.precision values TD3 runs with (Lightning's names and their short forms)
 TRAINING_PRECISIONS = ("32", "32-true", "16", "16-mixed", "bf16", "bf16-mixed")
+#: what trainer.precision takes, as its refusals say it
+PRECISIONS_TAKEN = ("32-true, bf16-mixed or 16-mixed (the env loop and the replay buffer hold float32, which the "
+                    "networks take)")
 
 
 def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None) -> None:
@@ -172,8 +175,7 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
                                  f"replay buffer); got {value}: give --trainer.max_steps instead")
     precision = trainer.get("precision")
     if precision is not None and str(precision) not in TRAINING_PRECISIONS:
-        raise UserInputError(f"trainer.precision must be 32-true, bf16-mixed or 16-mixed (the env loop and the "
-                             f"replay buffer hold float32, which the networks take); got {precision}")
+        raise UserInputError(f"trainer.precision must be {PRECISIONS_TAKEN}; got {precision}")
     every_epochs = trainer.get("check_val_every_n_epoch")
     if every_epochs is not None and every_epochs < 1:
         raise UserInputError(

@@ -16,6 +16,7 @@ import yaml
 from td3_lightning import commands
 from td3_lightning.declarations import one_of
 from td3_lightning.errors import DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, yaml_problem
+from td3_lightning.trainer_options import PRECISIONS_TAKEN
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -47,6 +48,11 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
         near = list(dict.fromkeys([*started, *grouped]))
         hint = did_you_mean(name, options) or (f" (did you mean {' or '.join(near)}?)" if 1 <= len(near) <= 2 else "")
         return f"unknown option {name}{hint}; --help lists the options"
+    valueless = re.match(r"argument (-[^\s:/]+)[^:]*: expected one argument", first)
+    if valueless:
+        name = valueless.group(1)
+        return (f"option {name} is given without a value: write one after it, e.g. {name} VALUE (--help lists its "
+                "default)")
     early = re.match(r"Option '([^']*)' is not accepted before subcommand '(\w+)'", first)
     if early:
         key, sub = early.groups()
@@ -95,6 +101,8 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
                 expected = "one of " + _clean_type(line.split(":", 1)[1].strip().strip("[]"))
             elif line.startswith("Given value:"):
                 got = line.split(":", 1)[1].strip()
+        if key == "trainer.precision" and got is not None:  # Lightning's type lists precisions TD3 refuses
+            return f"trainer.precision must be {PRECISIONS_TAKEN}; got {got.strip(chr(39) + chr(34))}"
         if expected is not None and got is not None:
             finite = " (a finite number)" if expected == "a float" and got.strip().lower().lstrip("+-") in (
                 "nan", "inf", "infinity") else ""
@@ -111,6 +119,10 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
                 if math.isfinite(number) and number == int(number):
                     whole = f" (a float: write the whole number as {int(number)})"
             boolean = " (write true or false)" if expected == "a bool" else ""
+            if key == "seed_everything":
+                boolean = " (a whole number, or true for a random seed)"
+            if "dict" in expected and not split and bare[:1] != "{":
+                split = " (a mapping is written in braces, e.g. '{a: 1, b: 2}')"
             items = [i for i in re.split(r"[\s,]+", bare.strip("()")) if i]  # 64,64 / (64, 64) / '64 64'
             bracket = (f" (a list is written in brackets, e.g. '[{', '.join(items)}]')" if "list" in expected and bare
                        and bare[0] not in "[{" and all(NUMBER.fullmatch(item) for item in items) else "")

@@ -140,7 +140,20 @@ def test_bad_checkpoint_one_line_nothing_written(
          "error: model.lr_final_factor schedule over trainer.max_steps, which is -1 (no limit): set "
          "model.schedule_steps to the training steps the schedule takes, or a trainer.max_steps"),
         (["--seed_everything", "abc"], None,
-         "error: invalid value for seed_everything: expected one of bool, int, got 'abc'"),
+         "error: invalid value for seed_everything: expected one of bool, int, got 'abc' (a whole number, or true "
+         "for a random seed)"),
+        (["--data.env_kwargs", "g=9.8"], None,
+         "error: invalid value for data.env_kwargs: expected one of dict[str, Any], None, got 'g=9.8' (a mapping is "
+         "written in braces, e.g. '{a: 1, b: 2}')"),
+        (["--trainer.precision", "fp16"], None,  # not Lightning's list, which holds precisions TD3 refuses
+         "error: trainer.precision must be 32-true, bf16-mixed or 16-mixed (the env loop and the replay buffer hold "
+         "float32, which the networks take); got fp16"),
+        (["--model.encoder", "cnn"], None,
+         "error: model.encoder cnn needs image observations (C, H, W), got shape (3,); give model.encoder auto (or "
+         "none) for these"),
+        (["--data.batch_size"], None,
+         "error: option --data.batch_size is given without a value: write one after it, e.g. --data.batch_size VALUE "
+         "(--help lists its default)"),
         ([], {"model": {"gamme": 0.9}},
          "error: unknown key model.gamme in the configuration (did you mean model.gamma?); --help lists the options"),
         ([], {"data": {"batch_size": "many"}}, "error: invalid value for data.batch_size: expected an int, got 'many'"),
@@ -214,6 +227,7 @@ def test_bad_checkpoint_one_line_nothing_written(
          "shell split it at a space: quote the whole value, e.g. '{a: 1, b: 2}' or '[64, 64]')"),
     ],
     ids=["unknown-option", "wrong-type", "not-finite", "wrong-int", "schedule-without-a-length", "wrong-union",
+         "mapping-without-braces", "precision-of-lightning-only", "cnn-on-vectors", "option-without-a-value",
          "config-unknown-key",
          "config-wrong-type", "config-unknown-trainer-key", "misspelt-group", "config-misspelt-group",
          "a-prefix-is-not-the-option", "option-outside-its-group",
