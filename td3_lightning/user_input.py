@@ -101,12 +101,12 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
                 expected = "one of " + _clean_type(line.split(":", 1)[1].strip().strip("[]"))
             elif line.startswith("Given value:"):
                 got = line.split(":", 1)[1].strip()
+        bare = got.strip().strip("'\"") if got is not None else ""
         if key == "trainer.precision" and got is not None:  # Lightning's type lists precisions TD3 refuses
-            return f"trainer.precision must be {PRECISIONS_TAKEN}; got {got.strip(chr(39) + chr(34))}"
+            return f"trainer.precision must be {PRECISIONS_TAKEN}; got {bare}"
         if expected is not None and got is not None:
             finite = " (a finite number)" if expected == "a float" and got.strip().lower().lstrip("+-") in (
                 "nan", "inf", "infinity") else ""
-            bare = got.strip().strip("'\"")
             split = _unclosed_hint(bare)
             if not split and bare[:1] == "{" and re.search(r"\w:[^\s/]", bare):  # {a:1} is a string to YAML
                 split = " (YAML needs a space after each colon, e.g. '{a: 1, b: 2}')"
@@ -118,15 +118,15 @@ def one_line_parse_error(message: str, options: list[str] | None = None, whole_n
                     number = math.nan
                 if math.isfinite(number) and number == int(number):
                     whole = f" (a float: write the whole number as {int(number)})"
-            boolean = " (write true or false)" if expected == "a bool" else ""
-            if key == "seed_everything":
-                boolean = " (a whole number, or true for a random seed)"
-            if "dict" in expected and not split and bare[:1] != "{":
-                split = " (a mapping is written in braces, e.g. '{a: 1, b: 2}')"
+            braces = (" (a mapping is written in braces, e.g. '{a: 1, b: 2}')"
+                      if "dict" in expected and not split and bare[:1] != "{" else "")
+            boolean = (" (a whole number, or true for a random seed)" if key == "seed_everything"
+                       else " (write true or false)" if expected == "a bool" else "")
             items = [i for i in re.split(r"[\s,]+", bare.strip("()")) if i]  # 64,64 / (64, 64) / '64 64'
             bracket = (f" (a list is written in brackets, e.g. '[{', '.join(items)}]')" if "list" in expected and bare
                        and bare[0] not in "[{" and all(NUMBER.fullmatch(item) for item in items) else "")
-            return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{whole}{split}{boolean}{bracket}"
+            hints = f"{whole}{split}{braces}{boolean}{bracket}"
+            return f"invalid value for {key}: expected {expected}{finite}, got {got!r}{hints}"
         return f"invalid value for {key}: " + _clean_type(" ".join(detail))
     return _clean_type(" ".join(lines))
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import errno
-import warnings
 import shlex
 import shutil
+import warnings
 from collections import namedtuple
 
 import pytest
