@@ -278,10 +278,17 @@ class TD3CLI(LightningCLIHooks):
     _warnings: tuple[str, ...] = ()  # warned of once the input has passed every check
     _seeded = False  # set_seed ran ("Seed set to N" is said when the Trainer is built)
 
-    @staticmethod
-    def subcommands() -> dict[str, set[str]]:
-        """LightningCLI's subcommands less ``predict`` (a policy is evaluated by validate and test)."""
-        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in commands.TRAINER_SUBCOMMANDS}
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        given = kwargs.get("args") or []
+        named = given[0] if given and isinstance(given[0], str) else None
+        # only the parser of the subcommand asked for is built (each takes a third of the start-up's parsing)
+        self._built = (named,) if named in commands.TRAINER_SUBCOMMANDS else commands.TRAINER_SUBCOMMANDS
+        super().__init__(*args, **kwargs)
+
+    def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
+        """LightningCLI's subcommands less ``predict`` (a policy is evaluated by validate and test); of those, the
+        one the command line names when it names one first."""
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in self._built}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -393,8 +400,11 @@ class TD3CLI(LightningCLIHooks):
         if ckpt in ("last", "best"):
             away, at_defaults = _options_of_the_run(config.get("model") or {})
             given_back = {key: value for key, value in at_defaults.items() if key in self._given_model_options}
-            newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit",
-                                         model_options=away, default_options=given_back)
+            with warnings.catch_warnings(record=True) as told:  # said once the input has passed every check
+                warnings.simplefilter("always", UserWarning)
+                newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit",
+                                             model_options=away, default_options=given_back)
+            self._warnings += tuple(str(w.message) for w in told)
             chosen = selected_checkpoint(newest) if ckpt == "best" else None
             ckpt = str(chosen or (best_of_run(newest) if ckpt == "best" else newest))
             self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
