@@ -740,6 +740,23 @@ def test_a_privileged_critic_on_one_side_only_is_one_line_with_nothing_said_befo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pixels.ckpt"]
 
 
+def test_a_bad_value_beside_a_checkpoint_search_is_one_line_with_nothing_said_before(real_ckpt, tmp_path,
+                                                                                       monkeypatch, capsys):
+    """No run in the folder was trained with pendulum.yaml's hidden_dims: the search's warning of the run it plays
+    instead is said only once every check has passed, so a bad value is the one line."""
+    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    folder.mkdir(parents=True)
+    shutil.copy(real_ckpt, folder / "last.ckpt")
+    monkeypatch.chdir(tmp_path)
+    for subcommand in ("validate", "test"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert _error_line([subcommand, "--config", "pendulum.yaml", "--ckpt_path", "last", "--model.gamma", "2"],
+                               capsys) == "error: model.gamma must be in [0, 1], got 2.0"
+        assert [str(w.message) for w in caught] == []
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["checkpoints", "last.ckpt", "lightning_logs", "version_0"]
+
+
 class BrokenEnv(gym.Env):
     def __init__(self, size: int = 1) -> None:
         if size < 1:
