@@ -280,15 +280,16 @@ class TD3CLI(LightningCLIHooks):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         given = kwargs.get("args") or []
-        named = given[0] if given and isinstance(given[0], str) else None
-        # only the parser of the subcommand asked for is built (each takes a third of the start-up's parsing)
-        self._built = (named,) if named in commands.TRAINER_SUBCOMMANDS else commands.TRAINER_SUBCOMMANDS
+        if given and isinstance(given[0], str) and given[0] in commands.TRAINER_SUBCOMMANDS:
+            # LightningCLI builds a parser for each of subcommands(), a third of the start-up each: only the named
+            only = {given[0]: self.subcommands()[given[0]]}
+            self.subcommands = lambda: only  # type: ignore[method-assign]
         super().__init__(*args, **kwargs)
 
-    def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
-        """LightningCLI's subcommands less ``predict`` (a policy is evaluated by validate and test); of those, the
-        one the command line names when it names one first."""
-        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in self._built}
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """LightningCLI's subcommands less ``predict`` (a policy is evaluated by validate and test)."""
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in commands.TRAINER_SUBCOMMANDS}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
