@@ -75,6 +75,17 @@ def test_lightning_cli_offers_no_predict():
     assert set(SUBCOMMANDS) == set(EXPECTED)
 
 
+@pytest.mark.parametrize("subcommand", ["fit", "validate", "test"])
+def test_a_command_builds_the_parser_of_its_subcommand_only(subcommand):
+    from td3_lightning._lightning import cli_option_names
+    from td3_lightning.cli import parser_only_cli
+
+    cli = parser_only_cli(subcommand)
+    assert list(cli.subcommands()) == [subcommand] and list(TD3CLI.subcommands()) == ["fit", "validate", "test"]
+    options = cli_option_names(cli, [subcommand])
+    assert "--ckpt_path" in options and "--model.gamma" in options and "--trainer.max_steps" in options
+
+
 def test_the_fit_example_parses(capsys):
     example = _listed(_exit(["--help"], capsys)[1])["fit"].split()[3:]
     code, out, _ = _exit([*example, "--print_config"], capsys)
