@@ -276,6 +276,7 @@ class TD3CLI(LightningCLIHooks):
     _ckpt_on_command_line = False  # --ckpt_path given on the command line (not only in a --config file)
     _checkpoint_line: str = ""  # which file --ckpt_path last|best chose
     _warnings: tuple[str, ...] = ()  # warned of once the input has passed every check
+    _said_by_search: frozenset[str] = frozenset()  # model options --ckpt_path last|best's search warned of
     _seeded = False  # set_seed ran ("Seed set to N" is said when the Trainer is built)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -406,6 +407,8 @@ class TD3CLI(LightningCLIHooks):
                 newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit",
                                              model_options=away, default_options=given_back)
             self._warnings += tuple(str(w.message) for w in told)
+            if told:  # it named the options asked for that the played run differs in
+                self._said_by_search = frozenset(away)
             chosen = selected_checkpoint(newest) if ckpt == "best" else None
             ckpt = str(chosen or (best_of_run(newest) if ckpt == "best" else newest))
             self.config[f"{subcommand}.ckpt_path"] = ckpt  # `config` is that section: its ckpt_path is the file now
@@ -446,8 +449,8 @@ class TD3CLI(LightningCLIHooks):
         """Model options given on the command line that the checkpoint's own replace: refused by fit (the resumed run
         keeps its model), said by validate and test (they play the checkpoint's policy)."""
         saved = self.config[subcommand]["model"]
-        replaced = {key: value for key, value in given.items()
-                    if key in saved and not same_option(key, saved.get(key), value)}
+        replaced = {key: value for key, value in given.items() if key in saved and key not in self._said_by_search
+                    and not same_option(key, saved.get(key), value)}
         if not replaced:
             return
         listing = ", ".join(f"--model.{key} {shown(value)} (the checkpoint's: {shown(saved.get(key))})"

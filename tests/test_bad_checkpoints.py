@@ -757,6 +757,22 @@ def test_a_bad_value_beside_a_checkpoint_search_is_one_line_with_nothing_said_be
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["checkpoints", "last.ckpt", "lightning_logs", "version_0"]
 
 
+def test_a_model_option_the_search_names_is_not_named_again_as_unused(real_ckpt, tmp_path, monkeypatch):
+    """validate with --model.gamma 0.9 where no run was trained so: the search's warning names it with the played
+    run's value; the warning of given options the checkpoint replaces does not repeat it."""
+    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    folder.mkdir(parents=True)
+    shutil.copy(real_ckpt, folder / "last.ckpt")
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["validate", "--config", "pendulum.yaml", "--ckpt_path", "last", "--model.gamma", "0.9",
+              "--data.eval_episodes", "1"])
+    named = [str(w.message) for w in caught if "model.gamma" in str(w.message)]
+    assert len(named) == 1 and named[0].startswith("--ckpt_path last: no Pendulum-v1 run") and named[0].endswith(
+        "model.gamma 0.98 (asked: 0.9)"), named
+
+
 class BrokenEnv(gym.Env):
     def __init__(self, size: int = 1) -> None:
         if size < 1:
