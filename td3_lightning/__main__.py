@@ -25,7 +25,7 @@ def _main(args: list[str] | None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
     answer_early(argv)  # cli.main calls it again, for callers that start there
     if argv[:1] == ["tune"]:
-        from td3_lightning.cli import warning_lines
+        from td3_lightning.errors import warning_lines
         from td3_lightning.tune import main as tune_main
 
         with warning_lines():

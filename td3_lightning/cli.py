@@ -9,7 +9,6 @@ checkpoints) printed as one line.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import functools
 import logging
@@ -18,7 +17,6 @@ import random
 import re
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +52,7 @@ from td3_lightning.checkpointing import (
 )
 from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
 from td3_lightning.declarations import signature_defaults
-from td3_lightning.errors import PACKAGE_DIR, UserInputError, package_file, shipped_path
+from td3_lightning.errors import UserInputError, package_file, shipped_path, warning_lines
 from td3_lightning.hp_metric import HpMetric
 from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
@@ -128,26 +126,6 @@ RANK_ZERO_LOGS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.uti
 
 def _said_unasked(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(UNASKED_LINES)
-
-
-_format_warning = warnings.formatwarning
-
-
-def _said_as_warning(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
-    """This package's own warnings as ``warning: <text>`` lines, without its source file and line; others as usual."""
-    if Path(filename).resolve().is_relative_to(PACKAGE_DIR) and issubclass(category, UserWarning):
-        return f"warning: {message}\n"
-    return _format_warning(message, category, filename, lineno, line)
-
-
-@contextlib.contextmanager
-def warning_lines() -> Iterator[None]:
-    """This package's warnings as ``warning:`` lines while a command runs (the format is put back after it)."""
-    previous, warnings.formatwarning = warnings.formatwarning, _said_as_warning
-    try:
-        yield
-    finally:
-        warnings.formatwarning = previous
 
 
 def ignore_expected_warnings() -> None:

@@ -1,9 +1,13 @@
-"""The one exception type for bad user input, the hints of its messages ("did you mean", where YAML broke), and
-the YAML loader that refuses a key given twice."""
+"""The one exception type for bad user input, the hints of its messages ("did you mean", where YAML broke), the
+YAML loader that refuses a key given twice, and this package's warnings printed as ``warning:`` lines. Imports no
+torch: ``--help`` is answered with it."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +116,23 @@ class UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: PyYAML's own error follows
                 break
         return super().construct_mapping(node, deep=deep)
+
+
+_format_warning = warnings.formatwarning
+
+
+def said_as_warning(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+    """This package's own warnings as ``warning: <text>`` lines, without its source file and line; others as usual."""
+    if Path(filename).resolve().is_relative_to(PACKAGE_DIR) and issubclass(category, UserWarning):
+        return f"warning: {message}\n"
+    return _format_warning(message, category, filename, lineno, line)
+
+
+@contextlib.contextmanager
+def warning_lines() -> Iterator[None]:
+    """This package's warnings as ``warning:`` lines while a command runs (the format is put back after it)."""
+    previous, warnings.formatwarning = warnings.formatwarning, said_as_warning
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous

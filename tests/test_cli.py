@@ -193,7 +193,7 @@ def test_a_slurm_job_keeps_its_fit_folder_for_itself(tmp_path, monkeypatch, caps
 
 
 def test_a_resume_with_nothing_left_to_train_says_so_and_warnings_are_warning_lines(tmp_path, monkeypatch):
-    from td3_lightning import cli
+    from td3_lightning import cli, errors
 
     monkeypatch.chdir(tmp_path)
     tiny = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.val_check_interval", "20",
@@ -204,8 +204,8 @@ def test_a_resume_with_nothing_left_to_train_says_so_and_warnings_are_warning_li
         main(["fit", *tiny, "--trainer.max_steps", "20", "--ckpt_path", "last"])
     assert f"the checkpoint ({last}) is at training step 40, at or past trainer.max_steps 20: nothing is left to " \
            "train; raise --trainer.max_steps to train on" in [str(w.message) for w in caught]
-    assert cli._said_as_warning("too late", UserWarning, cli.__file__, 7) == "warning: too late\n"
-    assert cli._said_as_warning("theirs", UserWarning, "/elsewhere/lib.py", 7).startswith("/elsewhere/lib.py:7: ")
+    assert errors.said_as_warning("too late", UserWarning, cli.__file__, 7) == "warning: too late\n"
+    assert errors.said_as_warning("theirs", UserWarning, "/elsewhere/lib.py", 7).startswith("/elsewhere/lib.py:7: ")
 
 
 def test_a_resume_past_its_max_time_says_so(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import lightning as L
 import pytest
 from conftest import quiet_trainer, tiny_checkpoint
 
-from td3_lightning import cli
+from td3_lightning import errors
 from td3_lightning.cli import main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -80,5 +80,5 @@ def test_the_readmes_render_warning_is_the_line_the_program_prints(tmp_path):
     with pytest.warns(UserWarning, match="cannot render frames here") as caught:
         trainer.fit(model, dm)
     (warning,) = [w for w in caught if "cannot render frames here" in str(w.message)]
-    line = cli._said_as_warning(warning.message, warning.category, warning.filename, warning.lineno)  # as printed
+    line = errors.said_as_warning(warning.message, warning.category, warning.filename, warning.lineno)  # as printed
     assert re.fullmatch(_as_pattern(quote.replace("Walker2d-v5", "td3test/NoDisplay-v0")), line.strip()), line

@@ -78,6 +78,18 @@ def test_help_prints_the_short_help_without_importing_torch(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("subcommand", ["tune", "export"])
+def test_the_help_of_tune_and_export_imports_no_torch(subcommand, tmp_path):
+    code = ("import sys\nfrom td3_lightning.__main__ import main\n"
+            f"try:\n    main(['{subcommand}', '--help'])\nexcept SystemExit as e:\n"
+            "    print('EXIT', e.code, 'torch' in sys.modules, 'lightning' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.stderr == "" and f"usage: python -m td3_lightning {subcommand}" in proc.stdout
+    assert proc.stdout.endswith("EXIT 0 False False\n"), proc.stdout[-300:]
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_after_other_options_is_the_short_help(flag, capsys):
     with pytest.raises(SystemExit) as info:
