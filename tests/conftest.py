@@ -17,6 +17,15 @@ import envs as test_envs  # noqa: E402
 test_envs.register()
 
 REPO = Path(__file__).resolve().parents[1]
+
+# `pytest -n auto` (the README's test command) runs a worker process per core: each takes its share of the cores as
+# torch threads, and the CLI processes it starts inherit that (more threads than cores run several times slower)
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    import torch
+
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    torch.set_num_threads(_threads)
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
 # the fits of the suite (and of the CLI processes it starts) note themselves in a register of their own
 os.environ["TD3_LIGHTNING_FITS"] = tempfile.mkdtemp(prefix="td3-fits-")
 atexit.register(shutil.rmtree, os.environ["TD3_LIGHTNING_FITS"], ignore_errors=True)  # removed when the suite ends
