@@ -496,9 +496,10 @@ class ReplayDataModule(L.LightningDataModule):
         """:func:`changed_training_options` of this datamodule: what a resume of ``path`` changes of how it trains."""
         return changed_training_options(saved, self, path, replay_size)
 
-    def check_episodes(self, stage: str, world_size: int) -> None:
+    def check_episodes(self, stage: str, world_size: int) -> tuple[str, ...]:
         """One line for the episodes of ``stage`` (val or test) that cannot be played: fewer than the
-        ``world_size`` processes that share them, or recorded where the env cannot render."""
+        ``world_size`` processes that share them, or recorded where the env cannot render; returns the warning of
+        more recordings asked for than episodes played."""
         option, n, record = (("test_episodes", self.test_episodes, self.record_test) if stage == "test"
                              else ("eval_episodes", self.eval_episodes, self.record_val))
         if n < world_size:
@@ -507,6 +508,11 @@ class ReplayDataModule(L.LightningDataModule):
         if record > 0 and (problem := self.render_problem()) is not None:
             raise UserInputError(f"data.record_{stage}: {self.env_id} cannot render frames here ({problem}); "
                                  f"{RENDER_FIX}, or set data.record_{stage} 0")
+        if record > n:
+            return (f"data.record_{stage} {record} asks for more videos than the {n} episode{'s' if n > 1 else ''} "
+                    f"of data.{option}: {n} {'are' if n > 1 else 'is'} recorded; set data.record_{stage} {n}, or "
+                    f"raise data.{option}",)
+        return ()
 
     def _val_run_logs_video(self) -> bool:
         """Whether the validation run starting now sends its first episode to TensorBoard."""

@@ -68,7 +68,7 @@ def validate_run(trainer: L.Trainer, model: L.LightningModule, data: Any, stage:
         if new_run:  # no option that does nothing (a checkpoint that has one resumes as it was trained)
             warnings += _new_run_options(model, data) + _never_validated(trainer)
     if not fit or trainer.limit_val_batches != 0:  # fit may leave validation out
-        data.check_episodes("test" if stage == "test" else "val", trainer.world_size)
+        warnings += data.check_episodes("test" if stage == "test" else "val", trainer.world_size)
     _validated.setdefault(trainer, set()).add(stage)
     return warnings
 

@@ -124,6 +124,17 @@ def test_test_records_episode_videos(pendulum_ckpt, tmp_path, monkeypatch, capsy
     assert "test: 2 episodes" in capsys.readouterr().out
 
 
+def test_more_videos_than_test_episodes_records_each_episode_and_says_so(pendulum_ckpt, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning) as caught:
+        main(["test", "--config", "pendulum.yaml", "--data.test_episodes", "1", "--data.record_test", "2",
+              "--ckpt_path", str(pendulum_ckpt)])
+    assert [str(w.message) for w in caught if "record_test" in str(w.message)] == [
+        "data.record_test 2 asks for more videos than the 1 episode of data.test_episodes: 1 is recorded; set "
+        "data.record_test 1, or raise data.test_episodes"]
+    assert [v.name for v in tmp_path.glob("lightning_logs/version_0/videos/*.mp4")] == ["test-step50-seed0.mp4"]
+
+
 def test_tensorboard_gets_eval_videos_every_n_validations_and_the_val_return_as_hp_metric(tmp_path):
     from lightning.pytorch.loggers import TensorBoardLogger
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
