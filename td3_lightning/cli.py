@@ -384,8 +384,9 @@ class TD3CLI(LightningCLIHooks):
                 warnings.simplefilter("always", UserWarning)
                 newest = find_run_checkpoint(config, ckpt, selected=False, fit=subcommand == "fit",
                                              model_options=away, default_options=given_back)
-            self._warnings += tuple(str(w.message) for w in told)
-            if told:  # it named the options asked for that the played run differs in
+            said = tuple(str(w.message) for w in told if issubclass(w.category, UserWarning))
+            self._warnings += said
+            if said:  # it named the options asked for that the played run differs in
                 self._said_by_search = frozenset(away)
             chosen = selected_checkpoint(newest) if ckpt == "best" else None
             ckpt = str(chosen or (best_of_run(newest) if ckpt == "best" else newest))
