@@ -740,14 +740,19 @@ def test_a_privileged_critic_on_one_side_only_is_one_line_with_nothing_said_befo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pixels.ckpt"]
 
 
+def _as_the_only_run(ckpt: Path, folder: Path, monkeypatch) -> None:
+    """``folder`` (made the current folder) holds one run, whose last.ckpt is a copy of ``ckpt``."""
+    checkpoints = folder / "lightning_logs" / "version_0" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    shutil.copy(ckpt, checkpoints / "last.ckpt")
+    monkeypatch.chdir(folder)
+
+
 def test_a_bad_value_beside_a_checkpoint_search_is_one_line_with_nothing_said_before(real_ckpt, tmp_path,
                                                                                        monkeypatch, capsys):
     """No run in the folder was trained with pendulum.yaml's hidden_dims: the search's warning of the run it plays
     instead is said only once every check has passed, so a bad value is the one line."""
-    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
-    folder.mkdir(parents=True)
-    shutil.copy(real_ckpt, folder / "last.ckpt")
-    monkeypatch.chdir(tmp_path)
+    _as_the_only_run(real_ckpt, tmp_path, monkeypatch)
     for subcommand in ("validate", "test"):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -760,10 +765,7 @@ def test_a_bad_value_beside_a_checkpoint_search_is_one_line_with_nothing_said_be
 def test_a_model_option_the_search_names_is_not_named_again_as_unused(real_ckpt, tmp_path, monkeypatch):
     """validate with --model.gamma 0.9 where no run was trained so: the search's warning names it with the played
     run's value; the warning of given options the checkpoint replaces does not repeat it."""
-    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
-    folder.mkdir(parents=True)
-    shutil.copy(real_ckpt, folder / "last.ckpt")
-    monkeypatch.chdir(tmp_path)
+    _as_the_only_run(real_ckpt, tmp_path, monkeypatch)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         main(["validate", "--config", "pendulum.yaml", "--ckpt_path", "last", "--model.gamma", "0.9",

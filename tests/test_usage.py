@@ -67,12 +67,18 @@ def test_the_help_of_playing_a_checkpoint_lists_what_it_reads(subcommand):
     assert "--model.gamma" not in lines and "--data.buffer_size" not in lines and "--selection.episodes" not in lines
 
 
-def test_help_prints_the_short_help_without_importing_torch(tmp_path):
+def _help_in_a_fresh_process(subcommand: str, folder: Path) -> subprocess.CompletedProcess:
+    """``<subcommand> --help`` in a new interpreter in ``folder``; its output ends with ``EXIT <code> <whether torch
+    was imported> <whether Lightning was>``."""
     code = ("import sys\nfrom td3_lightning.__main__ import main\n"
-            "try:\n    main(['fit', '--help'])\nexcept SystemExit as e:\n"
+            f"try:\n    main(['{subcommand}', '--help'])\nexcept SystemExit as e:\n"
             "    print('EXIT', e.code, 'torch' in sys.modules, 'lightning' in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=60,
                           check=False)
+
+
+def test_help_prints_the_short_help_without_importing_torch(tmp_path):
+    proc = _help_in_a_fresh_process("fit", tmp_path)
     assert proc.stderr == ""
     assert proc.stdout == HELP["fit"] + "EXIT 0 False False\n"
     assert list(tmp_path.iterdir()) == []
@@ -80,11 +86,7 @@ def test_help_prints_the_short_help_without_importing_torch(tmp_path):
 
 @pytest.mark.parametrize("subcommand", ["tune", "export"])
 def test_the_help_of_tune_and_export_imports_no_torch(subcommand, tmp_path):
-    code = ("import sys\nfrom td3_lightning.__main__ import main\n"
-            f"try:\n    main(['{subcommand}', '--help'])\nexcept SystemExit as e:\n"
-            "    print('EXIT', e.code, 'torch' in sys.modules, 'lightning' in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          check=False)
+    proc = _help_in_a_fresh_process(subcommand, tmp_path)
     assert proc.stderr == "" and f"usage: python -m td3_lightning {subcommand}" in proc.stdout
     assert proc.stdout.endswith("EXIT 0 False False\n"), proc.stdout[-300:]
     assert list(tmp_path.iterdir()) == []
