@@ -23,7 +23,7 @@ The command line uses it by default. With a plain ``Trainer``::
 
 :class:`ModelCheckpoint` is Lightning's, except that ``save_last=True`` refreshes
 ``last.ckpt`` at every validation (Lightning refreshes it only when a top-k checkpoint was
-written at that step), so that a resumed run loses at most one evaluation interval.
+written at that step), so that a resumed run loses at most one evaluation interval, and at the end of training.
 """
 
 from __future__ import annotations
@@ -204,12 +204,13 @@ def _fsync_dir(folder: Path) -> None:
 
 class ModelCheckpoint(_lightning.ModelCheckpointHooks):
     """Lightning's ``ModelCheckpoint`` (same options, same state key in checkpoints), except that
-    ``save_last=True`` also writes ``last.ckpt`` after a validation that did not improve the
-    monitored metric, that a run resumed into a folder of its own remembers the best checkpoints
-    kept before (``earlier_best_k_models``, never deleted by it): ``--selection.episodes`` chooses among both,
-    that ``trainer.fast_dev_run`` leaves no ``last.ckpt``, that the best checkpoints by a monitored metric leave
-    the replay buffer to ``last.ckpt`` (they are played and exported; ``last.ckpt`` resumes), and that a policy
-    already kept is not kept twice (policy checkpoints: the same frozen policy validated again)."""
+    ``save_last=True`` also writes ``last.ckpt`` after a validation that did not improve the monitored metric and at
+    the final step (Lightning's does not where it wrote one before), that a run resumed into a folder of its own
+    remembers the best checkpoints kept before (``earlier_best_k_models``, never deleted by it):
+    ``--selection.episodes`` chooses among both, that ``trainer.fast_dev_run`` leaves no ``last.ckpt``, that the best
+    checkpoints by a monitored metric leave the replay buffer to ``last.ckpt`` (they are played and exported;
+    ``last.ckpt`` resumes), and that a policy already kept is not kept twice (policy checkpoints: the same frozen
+    policy validated again)."""
 
     def save_checkpoint_file(self, trainer: Any, filepath: str, save: Any) -> None:
         leave_out = getattr(trainer.datamodule, "replay_left_out", None)
@@ -245,7 +246,9 @@ class ModelCheckpoint(_lightning.ModelCheckpointHooks):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if trainer.fast_dev_run:  # a dry run leaves no checkpoint (Lightning's save_last writes last.ckpt here)
             return
-        super().on_train_end(trainer, pl_module)
+        super().on_train_end(trainer, pl_module)  # writes last.ckpt only where this run wrote no checkpoint yet
+        if self.save_last is True:  # the final step's, where it ends after its last validation
+            _lightning.save_last_checkpoint_now(self, trainer)
 
     def state_dict(self) -> dict[str, Any]:
         """Lightning's, plus the earlier runs' best checkpoints, the ``mode`` and the folder the paths are relative

@@ -65,6 +65,7 @@ class EnvLoop(L.Callback):
         self._lengths: np.ndarray | None = None
         self._gen: torch.Generator | None = None
         self._loaded: dict[str, Any] | None = None
+        self._abandoned = 0  # the episodes in progress in the checkpoint resumed from
         self._clock: tuple[float, int] | None = None
         self._transitions_from_step = False
         self._trainer: L.Trainer | None = None
@@ -100,6 +101,10 @@ class EnvLoop(L.Callback):
         dm.attach_collector(lambda: self.collect(trainer, pl_module))
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._abandoned:
+            warnings.warn(f"resumed mid-episode: {self._abandoned} episode(s) in progress are abandoned and new ones "
+                          "start; checkpoints at episode ends resume exactly", stacklevel=1)
+            self._abandoned = 0
         if self._transitions_from_step:  # one env step per training step in that loop
             self.train_transitions = trainer.global_step
             self._transitions_from_step = False
@@ -294,14 +299,9 @@ class EnvLoop(L.Callback):
             assert self._gen is not None
             self._gen.set_state(state["rng"])
         self._obs = None
-        if in_progress:
-            # The envs' physics state is not in the checkpoint: episodes in progress are
-            # abandoned (their transitions stay in the buffer) and new ones start.
-            warnings.warn(
-                f"resumed mid-episode: {in_progress} episode(s) in progress are abandoned and new ones start; "
-                "checkpoints at episode ends resume exactly",
-                stacklevel=2,
-            )
+        # The envs' physics state is not in the checkpoint: episodes in progress are abandoned (their transitions stay
+        # in the buffer) and new ones start; said when training goes on (a finished run resumed trains no step)
+        self._abandoned = in_progress
 
 
 def privileged_obs(info: dict[str, Any], dm: ReplayDataModule, num_envs: int) -> np.ndarray:

@@ -208,6 +208,32 @@ def test_a_resume_with_nothing_left_to_train_says_so_and_warnings_are_warning_li
     assert errors.said_as_warning("theirs", UserWarning, "/elsewhere/lib.py", 7).startswith("/elsewhere/lib.py:7: ")
 
 
+def test_last_ckpt_holds_the_final_step_and_a_finished_run_resumed_abandons_no_episode(tmp_path, monkeypatch):
+    """A fit ending past its last validation: ``last.ckpt`` is the final step's (Lightning's stays at the validation's),
+    so the finished run resumed trains nothing and abandons no episode; one that trains on says it abandons one."""
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.val_check_interval", "20",
+            "--data.eval_episodes", "1"]
+    main(["fit", *tiny, "--trainer.max_steps", "30"])
+    ckpt = torch.load(tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 30 and ckpt["td3_lightning"]["num_critic_updates"] == 30
+
+    def said(steps: int) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            main(["fit", *tiny, "--trainer.max_steps", str(steps), "--ckpt_path", "last"])
+        return [str(w.message) for w in caught]
+
+    finished = said(30)
+    assert any("nothing is left to train" in line for line in finished)
+    assert not [line for line in finished if "mid-episode" in line]
+    assert [line for line in said(35) if "mid-episode" in line] == [
+        "resumed mid-episode: 1 episode(s) in progress are abandoned and new ones start; checkpoints at episode ends "
+        "resume exactly"]  # 20 warm-up + 30 steps into a 200-step Pendulum episode
+    resumed = torch.load(tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert resumed["global_step"] == 35
+
+
 def test_a_resume_past_its_max_time_says_so(tmp_path, monkeypatch):
     from lightning.pytorch.callbacks import Timer
 
