@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from td3_lightning.distributed import one_process_only
+from td3_lightning.errors import UserInputError
 
 #: training passes of plain batch normalisation before the corrections r and d start (CrossQ's; the default)
 WARMUP_STEPS = 100_000
@@ -115,6 +116,15 @@ def running_statistics(*nets: nn.Module) -> list[Tensor]:
     """The running means and variances of every :class:`BatchRenorm` layer in ``nets``, in a fixed order (what the
     target networks take from their networks, as they take the weights)."""
     return [t for net in nets for m in net.modules() if isinstance(m, BatchRenorm) for t in (m.mean, m.var)]
+
+
+def check_batch(model: Any, batch_size: int) -> None:
+    """One :class:`UserInputError` line for ``model.batch_renorm`` over batches of one transition: their variance is
+    0, every normalised layer puts out 0 and the running variance decays to 0."""
+    if model.get("batch_renorm") and batch_size < 2:
+        raise UserInputError(f"model.batch_renorm normalises over the transitions of a batch, and data.batch_size "
+                             f"{batch_size} holds one (its variance is 0): set data.batch_size 2 or more (e.g. 256), "
+                             "or model.batch_renorm false")
 
 
 def check_processes(model: Any, devices: int, resumed: bool = False) -> None:

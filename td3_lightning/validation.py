@@ -20,6 +20,7 @@ from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.utilities import rank_zero_warn
 
 from td3_lightning.declarations import signature_defaults
+from td3_lightning.batch_renorm import check_batch as check_batch_renorm_batch
 from td3_lightning.batch_renorm import check_processes as check_batch_renorm_processes
 from td3_lightning.checkpointing import choosing_episodes_tested
 from td3_lightning.distributed import check_same_processes
@@ -59,6 +60,7 @@ def validate_run(trainer: L.Trainer, model: L.LightningModule, data: Any, stage:
         check_policy_checkpoint_options(model.hparams, {"num_envs": data.num_envs}, trainer.world_size,
                                         resumed=checkpoint is not None)
         check_batch_renorm_processes(model.hparams, trainer.world_size, resumed=checkpoint is not None)
+        check_batch_renorm_batch(model.hparams, data.batch_size)
         check_schedule_length(model.hparams, trainer.max_steps)
         _replay_resources(trainer, data)
         if isinstance(trainer.accelerator, CPUAccelerator):

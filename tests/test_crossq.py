@@ -252,6 +252,24 @@ def test_batch_renorm_under_several_processes_is_one_line():
                                "nodes): set trainer.devices 1, or model.batch_renorm false")
 
 
+def test_batch_renorm_over_batches_of_one_transition_is_one_line_before_anything_is_written(tmp_path, monkeypatch,
+                                                                                              capsys):
+    from td3_lightning.batch_renorm import check_batch
+    from td3_lightning.cli import main
+
+    check_batch({"batch_renorm": True}, 2)
+    check_batch({"batch_renorm": False}, 1)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--model.batch_renorm", "true", "--model.target_networks", "false",
+              "--data.batch_size", "1"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: model.batch_renorm normalises over the transitions of a batch, and data.batch_size 1 holds one (its "
+        "variance is 0): set data.batch_size 2 or more (e.g. 256), or model.batch_renorm false\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("device, capture", [("cpu", False), pytest.param(
     "cuda", True, marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="captures CUDA graphs"))])
 def test_the_static_buffer_update_steps_like_td3_update_with_crossq(device, capture):
