@@ -156,20 +156,25 @@ def idle_options(model: Options, data: Options, defaults: Mapping[str, Options])
     return idle
 
 
+def idle_reason(option: str, model: Options, data: Options) -> str | None:
+    """Why ``option`` (``group.name``) does nothing given the options ``model`` and ``data`` (its :data:`IDLE` rule),
+    or None: it acts, or has no such rule (a rule that reads an option they lack counts as acting)."""
+    group, _, name = option.partition(".")
+    rule = IDLE.get(name)
+    if rule is None or rule.group != group:
+        return None
+    try:
+        return rule.why(model, data) or None
+    except (KeyError, TypeError):
+        return None
+
+
 def idle_model_options(model: Options) -> set[str]:
-    """The model options of ``model`` that do nothing given its others (the model group's :data:`IDLE` rules; a rule
-    that reads an option ``model`` lacks counts as acting)."""
-    idle = set()
-    for name, (group, why) in IDLE.items():
-        try:
-            if group == "model" and why(model, {}):
-                idle.add(name)
-        except (KeyError, TypeError):
-            pass
-    return idle
+    """The model options of ``model`` that do nothing given its others (the model group's :data:`IDLE` rules)."""
+    return {name for name in IDLE if idle_reason(f"model.{name}", model, {})}
 
 
 def idle_data_option(name: str, data: Options) -> bool:
     """Whether the data option ``name`` does nothing given the data options ``data`` (an :data:`IDLE` rule that reads
     the data group only)."""
-    return name in IDLE and IDLE[name].group == "data" and bool(IDLE[name].why({}, data))
+    return idle_reason(f"data.{name}", {}, data) is not None

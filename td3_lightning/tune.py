@@ -40,7 +40,8 @@ import yaml
 
 from td3_lightning.commands import PROG, OneLineParser, plain_text
 from td3_lightning.declarations import parse_range
-from td3_lightning.errors import DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, yaml_problem
+from td3_lightning.errors import (DuplicateKeyError, UniqueKeyLoader, UserInputError, did_you_mean, warning_lines,
+                                  yaml_problem)
 from td3_lightning.trainer_options import SEED_RANGE, check_folder_option
 
 if TYPE_CHECKING:
@@ -234,23 +235,46 @@ def dry_run(base: list[str], space: dict[str, dict[str, Any]] | None = None) -> 
     for log in quiet:
         log.setLevel(logging.WARNING)
     try:
-        _build_cli(base, seed=False)
-        for name, entry in (space or {}).items():
-            for which, value in _bounds(entry):
-                try:
-                    _build_cli([*base, *as_args({name: value})], seed=False)
-                except UserInputError as err:
-                    raise UserInputError(f"space entry {name}: a trial with {which} {value!r} would be refused ({err});"
-                                         " keep the space to values fit takes") from None
+        with warnings.catch_warnings(record=True) as told:  # each build says the config's warnings: said once below
+            warnings.simplefilter("always")
+            _build_cli(base, seed=False)
+            for name, entry in (space or {}).items():
+                for which, value in _bounds(entry):
+                    try:
+                        _build_cli([*base, *as_args({name: value})], seed=False)
+                    except UserInputError as err:
+                        raise UserInputError(f"space entry {name}: a trial with {which} {value!r} would be refused "
+                                             f"({err}); keep the space to values fit takes") from None
     finally:
         for log, level in zip(quiet, levels):
             log.setLevel(level)
+    said: set[tuple[type[Warning], str]] = set()
+    for warning in told:
+        if (warning.category, str(warning.message)) not in said:
+            said.add((warning.category, str(warning.message)))
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
 
 def _fit_options(cli: Any) -> list[str]:
     from td3_lightning._lightning import cli_option_names
 
     return sorted(o[2:] for o in cli_option_names(cli, []) if "." in o)
+
+
+def without_idle_entries(cli: Any, space: dict[str, dict[str, Any]], given: bool) -> dict[str, dict[str, Any]]:
+    """``space`` without the entries that do nothing in the config of ``cli`` (model.tau under hard target updates or
+    without target networks), unless another entry searches what idles them: left out of the default space, refused
+    in a ``given`` one (no trial would differ)."""
+    from td3_lightning.rules import idle_reason
+
+    model, data = cli.config.get("model") or {}, cli.config.get("data") or {}
+    idle = {name: why for name in space if (why := idle_reason(name, model, data))
+            and not any(other in why for other in space)}
+    if given and idle:
+        name, why = next(iter(idle.items()))
+        raise UserInputError(f"space entry {name} does nothing in this config ({why}): its trials would not differ; "
+                             "leave it out of the space")
+    return {name: entry for name, entry in space.items() if name not in idle}
 
 
 def check_space(cli: Any, base: list[str], space: dict[str, dict[str, Any]]) -> None:
@@ -489,8 +513,9 @@ def _parser() -> OneLineParser:
         epilog=f"Any other option is a fit option ({PROG} fit --help) and applies to every "
                f"trial; a fit option that names a parameter of the space fixes it (it is left out of the "
                f"search).\n\nThe default space (--space replaces it; a YAML or JSON file of such entries; types "
-               f"float and int take low, high, log, step; categorical takes choices; model.tau is left out when "
-               f"the config sets model.target_update_every):\n{space}",
+               f"float and int take low, high, log, step; categorical takes choices; an entry that does nothing in "
+               f"the config is left out: model.tau under model.target_update_every or model.target_networks "
+               f"false):\n{space}",
     )
     parser.add_argument("-c", "--config", required=True, metavar="FILE",
                         help="the fit config (a YAML file or a bundled config name)")
@@ -570,7 +595,7 @@ def tune(argv: list[str]) -> None:
     parser = _parser()
     ns, overrides = parser.parse_known_args(argv)
     try:
-        import optuna
+        import optuna  # noqa: F401  (installed? the study imports it)
     except ImportError:
         raise UserInputError("tune needs Optuna, which is not installed: install td3_lightning's tune extra, "
                              'pip install -c constraints.txt -e ".[tune]"') from None
@@ -585,13 +610,22 @@ def tune(argv: list[str]) -> None:
     space = {k: v for k, v in space.items() if k not in fixed}
     if not space:
         raise UserInputError("the fit options on the command line fix every parameter of the space: nothing to search")
+    from td3_lightning import cli  # noqa: F401  Lightning, whose import sets its own format of warnings ...
+
+    with warning_lines():  # ... and this package's as warning: lines again (__main__ set them before the import)
+        search(ns, overrides, space)
+
+
+def search(ns: argparse.Namespace, overrides: list[str], space: dict[str, dict[str, Any]]) -> None:
+    """The study of ``tune``'s parsed options ``ns``, the fit ``overrides`` and the search ``space``: checked against
+    fit's checks, then its trials run."""
+    import optuna
 
     from td3_lightning.user_input import resolve_config_args
 
     base = resolve_config_args(["--config", ns.config, *overrides])  # a bundled config's name, as fit takes it
     parse_only = _build_cli(base, instantiate=False, seed=False)  # the config and the fit options, checked
-    if ns.space is None and "model.tau" in space and (parse_only.config.get("model") or {}).get("target_update_every"):
-        del space["model.tau"]  # hard target updates (the TD7 configs): the Polyak rate tau is not used
+    space = without_idle_entries(parse_only, space, given=ns.space is not None)
     check_space(parse_only, base, space)
     check_budget(parse_only, space)
     dry_run(base, space)  # what fit checks while it builds env, model and Trainer, at each edge of the space

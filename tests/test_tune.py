@@ -6,6 +6,8 @@ import json
 import logging
 import subprocess
 import sys
+import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -172,6 +174,48 @@ def test_the_default_space_leaves_tau_out_under_hard_target_updates(tmp_path, mo
     seen.clear()
     main(["tune", "--config", "pendulum.yaml", "--n_trials", "1", *TINY, "--study_name", "soft"])
     assert "model.tau" in seen["space"]
+    seen.clear()  # no target networks (CrossQ): tau idle as well
+    main(["tune", "--config", "pendulum.yaml", "--n_trials", "1", *TINY, "--model.target_networks", "false",
+          "--study_name", "no_targets"])
+    assert "model.tau" not in seen["space"] and "model.actor_lr" in seen["space"]
+
+
+def test_a_given_space_entry_that_does_nothing_in_the_config_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({**SPACE, "model.tau": {"type": "float", "low": 1e-3,
+                                                                                  "high": 1e-2}}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tune", "--config", "pendulum.yaml", "--n_trials", "1", *TINY, "--space", "space.yaml",
+              "--model.target_networks", "false"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("error: space entry model.tau does nothing in this config (model.target_networks "
+                                       "false): its trials would not differ; leave it out of the space\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
+    from td3_lightning.tune import without_idle_entries
+
+    config = types.SimpleNamespace(config={"model": {"target_networks": True, "target_update_every": 250}, "data": {}})
+    tau = {"model.tau": {"type": "float", "low": 1e-3, "high": 1e-2}}
+    hard = {"model.target_update_every": {"type": "categorical", "choices": [0, 250]}}
+    assert without_idle_entries(config, {**tau, **hard}, given=True) == {**tau, **hard}  # searched with what idles it
+    assert without_idle_entries(config, {**tau, **SPACE}, given=False) == SPACE
+
+
+def test_the_checks_before_the_study_say_each_warning_once_as_a_warning_line(tmp_path, monkeypatch):
+    """The dry run builds the config at each edge of the space: its warnings (an idle option here) are said once; and
+    the study's are ``warning:`` lines, as fit's (tune imports Lightning, which sets a format of its own, after
+    ``__main__`` set this package's)."""
+    from td3_lightning.errors import said_as_warning
+
+    monkeypatch.chdir(tmp_path)
+    formats = []
+    monkeypatch.setattr(tune_module, "run_study", lambda *a: formats.append(warnings.formatwarning))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["tune", "--config", "pendulum.yaml", "--n_trials", "1", *TINY, "--model.critic_range", "auto"])
+    assert [str(w.message) for w in caught if "critic_range" in str(w.message)] == [
+        "model.critic_range auto (model.critic_bins 0): set but idle in this run; leave it out, or where a config sets "
+        "it give --model.critic_range null"]
+    assert formats == [said_as_warning]
 
 
 @pytest.mark.parametrize(
