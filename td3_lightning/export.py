@@ -146,7 +146,8 @@ class _ExportParser(OneLineParser):
     def unknown_option_hint(self, token: str) -> str:
         if token.startswith(("--data.", "--model.", "--trainer.")):
             return (" (export reads the networks and the env's shapes from the checkpoint: no config options; "
-                    "--config only chooses the run)")
+                    "--config only chooses the run, and a run trained with options of its own is chosen by its "
+                    "lightning_logs/version_N/config.yaml)")
         return ""
 
 

@@ -409,5 +409,6 @@ def test_export_given_a_config_option_says_it_reads_everything_from_the_checkpoi
         export_main([option, "x", "--out", "policy.ckpt"])
     assert info.value.code == 2 and capsys.readouterr().err == (
         f"error: unknown option {option} (export reads the networks and the env's shapes from the checkpoint: no "
-        "config options; --config only chooses the run); python -m td3_lightning export --help lists the options\n")
+        "config options; --config only chooses the run, and a run trained with options of its own is chosen by its "
+        "lightning_logs/version_N/config.yaml); python -m td3_lightning export --help lists the options\n")
     assert list(tmp_path.iterdir()) == []

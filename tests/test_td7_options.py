@@ -251,6 +251,21 @@ def test_lap_sampler_draws_in_proportion_to_the_priorities_and_new_transitions_s
     assert sampler.priority[2].item() == 3.0  # the largest priority seen
 
 
+def test_a_uniform_replay_restored_under_lap_starts_every_stored_transition_at_the_top():
+    """A uniform run resumed with ``data.sampler lap`` (warned of): its checkpoint holds no priorities."""
+    from td3_lightning.replay import ReplayBuffer
+    from td3_lightning.samplers import LAPSampler
+
+    uniform = ReplayBuffer(8, (3,), 1)
+    for i in range(5):
+        uniform.add([i, 0.0, 0.0], [0.0], 1.0, [i + 1, 0.0, 0.0], False)
+    lap = ReplayBuffer(8, (3,), 1)
+    lap.sampler = LAPSampler(8, alpha=0.4)
+    lap.load_state_dict(uniform.state_dict())
+    assert len(lap) == 5 and lap.sampler.priority.tolist() == [1.0] * 5 + [0.0] * 3
+    assert set(lap.sample(200, torch.Generator().manual_seed(0))["index"].tolist()) == set(range(5))
+
+
 def test_lap_sampler_gives_each_slot_its_own_share_in_a_full_buffer():
     from td3_lightning.samplers import LAPSampler
 
