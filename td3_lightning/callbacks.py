@@ -123,8 +123,14 @@ class RLProgressBar(ProgressBar):
             self._draw(trainer, force=True)
             self._end_line(trainer)
 
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last_line(trainer)  # before Lightning's "`Trainer.fit` stopped: `max_steps=N` reached."
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # the last line once: a validation at the last step has printed it already
+        self._last_line(trainer)
+
+    def _last_line(self, trainer: L.Trainer) -> None:
+        """The line of the step reached, once: a validation at that step, or the epoch's end, has drawn it already."""
         if self._drawn_step != trainer.global_step or self._line_open:
             self._draw(trainer, force=True)
         self._end_line(trainer)

@@ -669,6 +669,29 @@ def test_turning_off_checkpointing_or_the_progress_bar(option, tmp_path, monkeyp
         assert "steps/s" not in out  # no progress line
 
 
+def test_the_last_progress_line_comes_before_lightnings_stop_line(tmp_path, monkeypatch):
+    """A fit ending past its last validation: the line of its last step, then Lightning's "stopped" (one stream, as a
+    terminal shows them)."""
+    import io
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    both = io.StringIO()
+    handler = logging.StreamHandler(both)
+    logging.getLogger("lightning.pytorch").addHandler(handler)
+    monkeypatch.setattr(sys, "stdout", both)
+    try:
+        main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "30", "--trainer.val_check_interval", "20",
+              "--data.warmup_steps", "20", "--data.eval_episodes", "1", "--model.hidden_dims", "[8]"])
+    finally:
+        logging.getLogger("lightning.pytorch").removeHandler(handler)
+    lines = both.getvalue().splitlines()
+    stop = lines.index("`Trainer.fit` stopped: `max_steps=30` reached.")
+    assert [line.split(" |")[0] for line in lines[:stop] if line.startswith("step ")][-2:] == ["step 20/30",
+                                                                                             "step 30/30"]
+    assert not [line for line in lines[stop:] if line.startswith("step ")]
+
+
 def test_a_network_reset_prints_its_line_under_the_progress_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "30", "--data.warmup_steps", "20",
