@@ -188,8 +188,9 @@ def test_a_given_space_entry_that_does_nothing_in_the_config_is_one_line(tmp_pat
         main(["tune", "--config", "pendulum.yaml", "--n_trials", "1", *TINY, "--space", "space.yaml",
               "--model.target_networks", "false"])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err == ("error: space entry model.tau does nothing in this config (model.target_networks "
-                                       "false): its trials would not differ; leave it out of the space\n")
+    assert capsys.readouterr().err == ("error: space entry model.tau does nothing in this config "
+                                       "(model.target_networks false): its trials would not differ; leave it out of "
+                                       "the space\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
     from td3_lightning.tune import without_idle_entries
 
