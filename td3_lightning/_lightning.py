@@ -45,8 +45,8 @@ def runs_under_fabric(module: L.LightningModule) -> bool:
 
 # ---------------------------------------------------------------- checkpoints
 def save_last_checkpoint_now(callback: Any, trainer: L.Trainer) -> None:
-    """Write ``last.ckpt`` through ``callback`` (a ``ModelCheckpoint``) at the end of a validation
-    unless it already saved at this step or saves at epoch ends (``_should_skip_saving_checkpoint``,
+    """Write ``last.ckpt`` through ``callback`` (a ``ModelCheckpoint``) now (at the end of a validation, or of
+    training) unless it already saved at this step or saves at epoch ends (``_should_skip_saving_checkpoint``,
     ``_should_save_on_train_epoch_end``, ``_save_last_checkpoint``, ``_monitor_candidates``):
     Lightning refreshes ``last.ckpt`` only when a top-k checkpoint was written."""
     if callback._should_skip_saving_checkpoint(trainer) or callback._should_save_on_train_epoch_end(trainer):

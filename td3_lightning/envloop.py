@@ -83,6 +83,7 @@ class EnvLoop(L.Callback):
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)
         self._gen = torch.Generator()
         rank = trainer.global_rank
+        self._abandoned = 0  # an earlier fit's, said or not, is not this one's
         if self._loaded is not None:
             self._restore(self._loaded, trainer)
             self._loaded = None

@@ -236,7 +236,6 @@ def dry_run(base: list[str], space: dict[str, dict[str, Any]] | None = None) -> 
         log.setLevel(logging.WARNING)
     try:
         with warnings.catch_warnings(record=True) as told:  # each build says the config's warnings: said once below
-            warnings.simplefilter("always")
             _build_cli(base, seed=False)
             for name, entry in (space or {}).items():
                 for which, value in _bounds(entry):
@@ -249,10 +248,10 @@ def dry_run(base: list[str], space: dict[str, dict[str, Any]] | None = None) -> 
         for log, level in zip(quiet, levels):
             log.setLevel(level)
     said: set[tuple[type[Warning], str]] = set()
-    for warning in told:
+    for warning in told:  # passed the filters when recorded: shown as they are, once each
         if (warning.category, str(warning.message)) not in said:
             said.add((warning.category, str(warning.message)))
-            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
 
 
 def _fit_options(cli: Any) -> list[str]:
@@ -263,13 +262,23 @@ def _fit_options(cli: Any) -> list[str]:
 
 def without_idle_entries(cli: Any, space: dict[str, dict[str, Any]], given: bool) -> dict[str, dict[str, Any]]:
     """``space`` without the entries that do nothing in the config of ``cli`` (model.tau under hard target updates or
-    without target networks), unless another entry searches what idles them: left out of the default space, refused
-    in a ``given`` one (no trial would differ)."""
+    without target networks), at its values and at each edge of every other entry: left out of the default space,
+    refused in a ``given`` one (no trial would differ)."""
     from td3_lightning.rules import idle_reason
 
-    model, data = cli.config.get("model") or {}, cli.config.get("data") or {}
-    idle = {name: why for name in space if (why := idle_reason(name, model, data))
-            and not any(other in why for other in space)}
+    config = {group: options.as_dict() if (options := cli.config.get(group)) else {} for group in ("model", "data")}
+
+    def why_idle(name: str) -> str | None:
+        why = idle_reason(name, config["model"], config["data"])
+        for other, entry in space.items():
+            group, _, option = other.partition(".")
+            for _, value in _bounds(entry) if why and other != name and group in config else ():
+                varied = {**config, group: {**config[group], option: value}}
+                if idle_reason(name, varied["model"], varied["data"]) is None:
+                    return None  # another entry's trials make it act
+        return why
+
+    idle = {name: why for name in space if (why := why_idle(name))}
     if given and idle:
         name, why = next(iter(idle.items()))
         raise UserInputError(f"space entry {name} does nothing in this config ({why}): its trials would not differ; "
@@ -625,8 +634,8 @@ def search(ns: argparse.Namespace, overrides: list[str], space: dict[str, dict[s
 
     base = resolve_config_args(["--config", ns.config, *overrides])  # a bundled config's name, as fit takes it
     parse_only = _build_cli(base, instantiate=False, seed=False)  # the config and the fit options, checked
-    space = without_idle_entries(parse_only, space, given=ns.space is not None)
     check_space(parse_only, base, space)
+    space = without_idle_entries(parse_only, space, given=ns.space is not None)
     check_budget(parse_only, space)
     dry_run(base, space)  # what fit checks while it builds env, model and Trainer, at each edge of the space
     study_name = ns.study_name or Path(ns.config).stem

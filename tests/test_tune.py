@@ -16,7 +16,10 @@ import yaml
 
 optuna = pytest.importorskip("optuna")
 
+from jsonargparse import Namespace  # noqa: E402
+
 from td3_lightning import tune as tune_module  # noqa: E402
+from td3_lightning.errors import UserInputError  # noqa: E402
 from td3_lightning.__main__ import main  # noqa: E402
 
 # 300 training steps, a validation every 100 (one episode), 100 warm-up steps, a small network
@@ -194,29 +197,41 @@ def test_a_given_space_entry_that_does_nothing_in_the_config_is_one_line(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
     from td3_lightning.tune import without_idle_entries
 
-    config = types.SimpleNamespace(config={"model": {"target_networks": True, "target_update_every": 250}, "data": {}})
+    model = Namespace(target_networks=True, target_update_every=250, encoder="none", encoder_features=64,
+                      exploration_noise_final=None, lr_final_factor=1.0, schedule_steps=1000)
+    config = types.SimpleNamespace(config=Namespace(model=model, data=Namespace(sampler="uniform")))
     tau = {"model.tau": {"type": "float", "low": 1e-3, "high": 1e-2}}
     hard = {"model.target_update_every": {"type": "categorical", "choices": [0, 250]}}
     assert without_idle_entries(config, {**tau, **hard}, given=True) == {**tau, **hard}  # searched with what idles it
     assert without_idle_entries(config, {**tau, **SPACE}, given=False) == SPACE
+    features = {"model.encoder_features": {"type": "int", "low": 32, "high": 64},
+                "model.encoder": {"type": "categorical", "choices": ["none", "cnn"]}}
+    assert without_idle_entries(config, features, given=True) == features  # the cnn trials read it
+    schedule = {"model.schedule_steps": {"type": "int", "low": 100, "high": 1000},
+                "model.exploration_noise": {"type": "float", "low": 0.1, "high": 0.2}}
+    with pytest.raises(UserInputError, match="space entry model.schedule_steps does nothing in this config"):
+        without_idle_entries(config, schedule, given=True)  # no trial has a schedule
 
 
-def test_the_checks_before_the_study_say_each_warning_once_as_a_warning_line(tmp_path, monkeypatch):
-    """The dry run builds the config at each edge of the space: its warnings (an idle option here) are said once; and
-    the study's are ``warning:`` lines, as fit's (tune imports Lightning, which sets a format of its own, after
-    ``__main__`` set this package's)."""
-    from td3_lightning.errors import said_as_warning
-
+def test_the_checks_before_the_study_say_each_warning_once_as_a_warning_line(tmp_path, monkeypatch, cli_env):
+    """The dry run builds the config at each edge of the space: its warnings (an idle option here) are said once, and
+    in a fresh process as fit says them, ``warning: ...`` (tune imports Lightning, which sets a format of its own,
+    after ``__main__`` set this package's)."""
     monkeypatch.chdir(tmp_path)
-    formats = []
-    monkeypatch.setattr(tune_module, "run_study", lambda *a: formats.append(warnings.formatwarning))
+    monkeypatch.setattr(tune_module, "run_study", lambda *a: None)
+    args = ["tune", "--config", "pendulum.yaml", "--n_trials", "1", *TINY, "--model.critic_range", "auto"]
+    idle = ("model.critic_range auto (model.critic_bins 0): set but idle in this run; leave it out, or where a config "
+            "sets it give --model.critic_range null")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        main(["tune", "--config", "pendulum.yaml", "--n_trials", "1", *TINY, "--model.critic_range", "auto"])
-    assert [str(w.message) for w in caught if "critic_range" in str(w.message)] == [
-        "model.critic_range auto (model.critic_bins 0): set but idle in this run; leave it out, or where a config sets "
-        "it give --model.critic_range null"]
-    assert formats == [said_as_warning]
+        main(args)
+    assert [str(w.message) for w in caught if "critic_range" in str(w.message)] == [idle]
+    fresh = ("import sys; from td3_lightning import tune; from td3_lightning.__main__ import main; "
+             "tune.run_study = lambda *a: None; main(sys.argv[1:])")
+    out = subprocess.run([sys.executable, "-c", fresh, *args, "--study_name", "fresh"], cwd=tmp_path,
+                         env={**cli_env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [line for line in out.stderr.splitlines() if "critic_range" in line] == [f"warning: {idle}"]
 
 
 @pytest.mark.parametrize(
