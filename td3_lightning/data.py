@@ -240,6 +240,7 @@ class ReplayDataModule(L.LightningDataModule):
         probe = make_env(env_id, self.env_kwargs)  # fails early on a bad id, kwargs or spaces
         try:
             self.spec: EnvSpec = check_spaces(probe, env_id)
+            self.time_limit: int | None = getattr(probe.spec, "max_episode_steps", None)  # steps per episode at most
             self._critic_obs_shape = privileged_shape(probe, env_id) if privileged_critic else None
         finally:
             probe.close()
@@ -495,6 +496,15 @@ class ReplayDataModule(L.LightningDataModule):
                                  replay_size: int | None = None) -> str | None:
         """:func:`changed_training_options` of this datamodule: what a resume of ``path`` changes of how it trains."""
         return changed_training_options(saved, self, path, replay_size)
+
+    def check_n_step(self) -> tuple[str, ...]:
+        """The warning of n-step returns longer than the env's episodes: each is the rest of its episode (a Monte
+        Carlo return), summed over ``n_step`` stored steps for every replayed transition."""
+        if self.time_limit is None or self.n_step <= self.time_limit:
+            return ()
+        return (f"data.n_step {self.n_step} is above the {self.time_limit} steps of {self.env_id}'s episodes: every "
+                f"return runs to its episode's end, and each replayed transition sums {self.n_step} stored steps; set "
+                f"data.n_step {self.time_limit} or less (n-step returns take a few steps, e.g. 3)",)
 
     def check_episodes(self, stage: str, world_size: int) -> tuple[str, ...]:
         """One line for the episodes of ``stage`` (val or test) that cannot be played: fewer than the

@@ -63,6 +63,7 @@ def validate_run(trainer: L.Trainer, model: L.LightningModule, data: Any, stage:
         check_batch_renorm_batch(model.hparams, data.batch_size)
         check_schedule_length(model.hparams, trainer.max_steps)
         _replay_resources(trainer, data)
+        warnings += data.check_n_step()
         if isinstance(trainer.accelerator, CPUAccelerator):
             warnings += bfloat16_emulated_warning(trainer.precision, native_bfloat16())
         if model.hparams.get("teacher"):  # read when fitting starts

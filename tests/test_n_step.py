@@ -114,3 +114,22 @@ def test_n_step_buffer_refuses_a_checkpoint_of_another_env_count():
     one_step = ReplayBuffer(10, (1,), 1)
     one_step.load_state_dict(two.state_dict())  # one-step sums follow no rows
     assert one_step.reward[:2].tolist() == [1.0, 2.0]
+
+
+def test_n_step_above_the_envs_time_limit_is_warned_of_once_the_run_is_checked(tmp_path, monkeypatch):
+    import warnings
+
+    from td3_lightning.cli import main
+    from td3_lightning.data import ReplayDataModule
+
+    assert ReplayDataModule("Pendulum-v1", n_step=200).check_n_step() == ()  # 200-step episodes
+    line = ("data.n_step 201 is above the 200 steps of Pendulum-v1's episodes: every return runs to its episode's "
+            "end, and each replayed transition sums 201 stored steps; set data.n_step 200 or less (n-step returns "
+            "take a few steps, e.g. 3)")
+    assert ReplayDataModule("Pendulum-v1", n_step=201).check_n_step() == (line,)
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["fit", "--config", "pendulum.yaml", "--data.n_step", "201", "--trainer.max_steps", "2",
+              "--data.warmup_steps", "20", "--trainer.limit_val_batches", "0", "--model.hidden_dims", "[8]"])
+    assert [str(w.message) for w in caught if "n_step" in str(w.message)] == [line]
