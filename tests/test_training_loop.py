@@ -229,6 +229,30 @@ def test_resume_from_a_single_env_loop_checkpoint_of_version_0_1(tmp_path):
     assert len(dm.buffer) == 70 and loop.env_steps == 120  # 20 warm-up + 100: one env step per training step
 
 
+def test_a_mid_episode_resume_says_so_when_training_goes_on_and_only_for_its_own_fit(tmp_path):
+    """The env's episodes are 20 steps: at 20 warm-up + 50 training steps one is under way. Resumed to 60 it is
+    abandoned (said); a finished run resumed trains nothing (nothing said, and a later fit of the same EnvLoop from
+    scratch says nothing either)."""
+    import warnings
+
+    _fit(tmp_path / "b", 50, every=50)
+    path = tmp_path / "b" / "s50.ckpt"
+    L.seed_everything(123)
+    dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=16, buffer_size=70)
+    loop = EnvLoop()
+
+    def said(max_steps: int, ckpt_path=None) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            quiet_trainer(max_steps=max_steps, callbacks=[loop]).fit(small(dm), dm, ckpt_path=ckpt_path)
+        return [str(w.message) for w in caught if "mid-episode" in str(w.message)]
+
+    assert said(50, path) == []  # at max_steps already: no step left, no episode abandoned
+    assert said(5) == []  # from scratch
+    assert said(60, path) == ["resumed mid-episode: 1 episode(s) in progress are abandoned and new ones start; "
+                              "checkpoints at episode ends resume exactly"]
+
+
 def test_exploration_noise_and_learning_rates_follow_their_linear_schedules():
     L.seed_everything(0)
     dm = ReplayDataModule(ENV, warmup_steps=20, batch_size=8, buffer_size=1000)
