@@ -644,8 +644,9 @@ def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[
 LINKED_FROM_DATA = ("obs_shape", "critic_obs_shape", "action_low", "action_high")
 
 #: model options a resumed run takes from the command line over its checkpoint's: how the update is computed, when
-#: the networks start over (both handled in the CLI's read_checkpoint_hparams) and a process-wide CPU flag
-RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal")
+#: the networks start over, how long the schedules run (handled in the CLI's read_checkpoint_hparams) and a
+#: process-wide CPU flag
+RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal", "schedule_steps")
 
 
 def options_of_the_run(model: Mapping[str, Any], defaults: Mapping[str, Any]

@@ -324,9 +324,14 @@ class TD3CLI(LightningCLIHooks):
         typed = (self.config[subcommand] if subcommand else self.config).clone()
         # the checkpoint's hyperparameters replace the configured ones, except resets asked for now (resuming a
         # stuck run with --model.reset_steps is what the option is for) and how this run computes the update
-        resets = self.config[subcommand]["model"].get("reset_steps") if subcommand else None
-        mode = self.config[subcommand]["model"].get("compile_mode") if subcommand else None
-        given = {key: self.config[subcommand]["model"].get(key) for key in self._given_model_options
+        model = self.config[subcommand]["model"] if subcommand else {}
+        resets = model.get("reset_steps")
+        # how this run computes the update (configured), and the schedules' length where given now (a resume that
+        # moves trainer.max_steps would move schedules over the run's length)
+        kept = {key: model.get(key) for key in ("compile_mode", "flush_denormal") if model.get(key) is not None}
+        if "schedule_steps" in self._given_model_options:
+            kept["schedule_steps"] = model.get("schedule_steps")
+        given = {key: model.get(key) for key in self._given_model_options
                  if key not in RESUME_MAY_CHANGE} if subcommand and ckpt is not None else {}
         try:
             if not self._print_as_given:  # a checkpoint that could not be resolved is not read
@@ -339,8 +344,14 @@ class TD3CLI(LightningCLIHooks):
             self._set_predated_model_options(self.config[subcommand]["model"], self._ckpt_facts["model"])
         if given:
             self._refuse_replaced_options(subcommand, ckpt, given)
-        if mode is not None:
-            self.config[subcommand]["model"]["compile_mode"] = mode
+        saved_schedule = self.config[subcommand]["model"].get("schedule_steps") if subcommand else None
+        for key, value in kept.items():
+            self.config[subcommand]["model"][key] = value
+        if ckpt is not None and "schedule_steps" in kept and kept["schedule_steps"] != saved_schedule:
+            self._notes += (f"model.schedule_steps {shown(kept['schedule_steps'])} (given) replaces the checkpoint's "
+                            f"{shown(saved_schedule)}: the schedules reach their final values at "
+                            f"{'trainer.max_steps' if kept['schedule_steps'] is None else 'training step '}"
+                            f"{'' if kept['schedule_steps'] is None else kept['schedule_steps']}",)
         if subcommand == "fit" and ckpt is None:
             self._record_teacher_where_found(self.config[subcommand]["model"])
         max_steps = (self.config[subcommand].get("trainer") or {}).get("max_steps") if subcommand == "fit" else None
@@ -355,11 +366,14 @@ class TD3CLI(LightningCLIHooks):
                                f"at or past trainer.max_time {max_time} (a resumed run's clock goes on): nothing is "
                                "left to train; raise --trainer.max_time to train on",)
         saved = list(self.config[subcommand]["model"].get("reset_steps") or []) if subcommand else []
-        if resets and saved != list(resets):
-            self.config[subcommand]["model"]["reset_steps"] = list(resets)
-            self._notes += (f"model.reset_steps {list(resets)} (configured) replaces the checkpoint's {saved}: the "
-                            f"networks start over after training step{'s' if len(resets) > 1 else ''} "
-                            f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)",)
+        asked = resets or "reset_steps" in self._given_model_options  # [] on the command line: no reset
+        if asked and saved != list(resets or []):
+            self.config[subcommand]["model"]["reset_steps"] = list(resets or [])
+            then = (f"the networks start over after training step{'s' if len(resets) > 1 else ''} "
+                    f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)" if resets
+                    else "no network reset")
+            self._notes += (f"model.reset_steps {list(resets or [])} (configured) replaces the checkpoint's {saved}: "
+                            f"{then}",)
         if subcommand == "fit" and ckpt is not None:  # a resume trains its checkpoint's model (given ones refused)
             typed["model"] = self.config[subcommand]["model"].clone()
         check_options(typed, subcommand or "fit")

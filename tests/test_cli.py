@@ -720,6 +720,29 @@ def test_resume_with_reset_steps_resets_a_run_saved_without_them(tmp_path, monke
     assert len(ours) == 1 and ours[0].endswith(f"checkpoint: {last} (--ckpt_path last)")
 
 
+def test_a_resume_takes_no_reset_flush_denormal_and_schedule_steps_given_now(tmp_path, monkeypatch, capfd,
+                                                                              lightning_log):
+    """``--model.reset_steps []`` cancels the checkpoint's resets; ``flush_denormal`` and ``schedule_steps`` given now
+    replace the checkpoint's (a resume that moves trainer.max_steps pins its schedules this way)."""
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--config", "pendulum.yaml", "--data.warmup_steps", "20", "--trainer.limit_val_batches", "0",
+            "--model.hidden_dims", "[8]"]
+    main([*args, "--trainer.max_steps", "16", "--model.reset_steps", "[24]", "--model.lr_final_factor", "0.1"])
+    capfd.readouterr()
+    main([*args, "--trainer.max_steps", "32", "--ckpt_path", "last", "--model.reset_steps", "[]",
+          "--model.flush_denormal", "false", "--model.schedule_steps", "64"])
+    assert "networks drawn afresh" not in capfd.readouterr().out
+    assert ("model.reset_steps [] (configured) replaces the checkpoint's [24]: no network reset" in lightning_log.text
+            and "model.schedule_steps 64 (given) replaces the checkpoint's null: the schedules reach their final "
+            "values at training step 64" in lightning_log.text)
+    ckpt = torch.load(next(tmp_path.glob("lightning_logs/version_1/checkpoints/last.ckpt")), weights_only=False)
+    assert ckpt["global_step"] == 32
+    hp = ckpt["hyper_parameters"]
+    assert (hp["reset_steps"], hp["flush_denormal"], hp["schedule_steps"]) == ([], False, 64)
+    lr = ckpt["optimizer_states"][0]["param_groups"][0]["lr"]
+    assert lr == pytest.approx(1e-3 * (1 - 0.9 * 31 / 64), rel=1e-6)  # the last step's (31) on the way to 0.1 at 64
+
+
 def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, monkeypatch, capsys, lightning_log):
     """Lightning reads a checkpoint's hyperparameters over the command line's: a --model option that differs would be
     dropped silently. fit refuses it in one line (and says nothing else first); test plays the checkpoint, warning."""
