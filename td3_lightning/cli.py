@@ -331,8 +331,9 @@ class TD3CLI(LightningCLIHooks):
         kept = {key: model.get(key) for key in ("compile_mode", "flush_denormal") if model.get(key) is not None}
         if "schedule_steps" in self._given_model_options:
             kept["schedule_steps"] = model.get("schedule_steps")
+        may_change = RESUME_MAY_CHANGE if subcommand == "fit" else ("compile_mode", "flush_denormal")  # played: how
         given = {key: model.get(key) for key in self._given_model_options
-                 if key not in RESUME_MAY_CHANGE} if subcommand and ckpt is not None else {}
+                 if key not in may_change} if subcommand and ckpt is not None else {}
         try:
             if not self._print_as_given:  # a checkpoint that could not be resolved is not read
                 read()  # the checkpoint's model hyperparameters into the config

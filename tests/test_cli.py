@@ -741,6 +741,10 @@ def test_a_resume_takes_no_reset_flush_denormal_and_schedule_steps_given_now(tmp
     assert (hp["reset_steps"], hp["flush_denormal"], hp["schedule_steps"]) == ([], False, 64)
     lr = ckpt["optimizer_states"][0]["param_groups"][0]["lr"]
     assert lr == pytest.approx(1e-3 * (1 - 0.9 * 31 / 64), rel=1e-6)  # the last step's (31) on the way to 0.1 at 64
+    with pytest.warns(UserWarning, match=r"test plays the checkpoint's model \(.*\), as it was trained: "
+                                         r"--model.schedule_steps 10 \(the checkpoint's: 64\) is not used"):
+        main(["test", "--config", "pendulum.yaml", "--model.hidden_dims", "[8]", "--ckpt_path", "last",
+              "--data.test_episodes", "1", "--model.schedule_steps", "10"])  # a played policy has no schedule
 
 
 def test_a_resume_refuses_model_options_its_checkpoint_would_replace(tmp_path, monkeypatch, capsys, lightning_log):
