@@ -643,10 +643,11 @@ def _of_the_run(candidates: list[Path], env_id: str | None, env_kwargs: Mapping[
 #: the env's facts that the datamodule gives the model
 LINKED_FROM_DATA = ("obs_shape", "critic_obs_shape", "action_low", "action_high")
 
-#: model options a resumed run takes from the command line over its checkpoint's: how the update is computed, when
-#: the networks start over, how long the schedules run (handled in the CLI's read_checkpoint_hparams) and a
-#: process-wide CPU flag
-RESUME_MAY_CHANGE = ("reset_steps", "compile_mode", "flush_denormal", "schedule_steps")
+#: model options that say how this process computes, not what is trained: a played or resumed run takes its own
+HOW_IT_RUNS = ("compile_mode", "flush_denormal")
+#: model options a resumed run takes from the command line over its checkpoint's: those of :data:`HOW_IT_RUNS`, when
+#: the networks start over and how long the schedules run (handled in the CLI's read_checkpoint_hparams)
+RESUME_MAY_CHANGE = ("reset_steps", "schedule_steps", *HOW_IT_RUNS)
 
 
 def options_of_the_run(model: Mapping[str, Any], defaults: Mapping[str, Any]

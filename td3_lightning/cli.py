@@ -36,6 +36,7 @@ from td3_lightning.captured import check_capture_options
 from td3_lightning.envloop import EnvLoop
 from td3_lightning.checkpointing import (
     BEST_FILENAME,
+    HOW_IT_RUNS,
     LINKED_FROM_DATA,
     RESUME_MAY_CHANGE,
     SELECTION_FILE,
@@ -325,13 +326,13 @@ class TD3CLI(LightningCLIHooks):
         # the checkpoint's hyperparameters replace the configured ones, except resets asked for now (resuming a
         # stuck run with --model.reset_steps is what the option is for) and how this run computes the update
         model = self.config[subcommand]["model"] if subcommand else {}
-        resets = model.get("reset_steps")
+        resets = list(model.get("reset_steps") or [])
         # how this run computes the update (configured), and the schedules' length where given now (a resume that
         # moves trainer.max_steps would move schedules over the run's length)
-        kept = {key: model.get(key) for key in ("compile_mode", "flush_denormal") if model.get(key) is not None}
+        kept = {key: model.get(key) for key in HOW_IT_RUNS if model.get(key) is not None}
         if "schedule_steps" in self._given_model_options:
             kept["schedule_steps"] = model.get("schedule_steps")
-        may_change = RESUME_MAY_CHANGE if subcommand == "fit" else ("compile_mode", "flush_denormal")  # played: how
+        may_change = RESUME_MAY_CHANGE if subcommand == "fit" else HOW_IT_RUNS  # a played policy: how it computes only
         given = {key: model.get(key) for key in self._given_model_options
                  if key not in may_change} if subcommand and ckpt is not None else {}
         try:
@@ -349,10 +350,10 @@ class TD3CLI(LightningCLIHooks):
         for key, value in kept.items():
             self.config[subcommand]["model"][key] = value
         if ckpt is not None and "schedule_steps" in kept and kept["schedule_steps"] != saved_schedule:
-            self._notes += (f"model.schedule_steps {shown(kept['schedule_steps'])} (given) replaces the checkpoint's "
-                            f"{shown(saved_schedule)}: the schedules reach their final values at "
-                            f"{'trainer.max_steps' if kept['schedule_steps'] is None else 'training step '}"
-                            f"{'' if kept['schedule_steps'] is None else kept['schedule_steps']}",)
+            steps = kept["schedule_steps"]
+            at = "trainer.max_steps" if steps is None else f"training step {steps}"
+            self._notes += (f"model.schedule_steps {shown(steps)} (given) replaces the checkpoint's "
+                            f"{shown(saved_schedule)}: the schedules reach their final values at {at}",)
         if subcommand == "fit" and ckpt is None:
             self._record_teacher_where_found(self.config[subcommand]["model"])
         max_steps = (self.config[subcommand].get("trainer") or {}).get("max_steps") if subcommand == "fit" else None
@@ -368,13 +369,12 @@ class TD3CLI(LightningCLIHooks):
                                "left to train; raise --trainer.max_time to train on",)
         saved = list(self.config[subcommand]["model"].get("reset_steps") or []) if subcommand else []
         asked = resets or "reset_steps" in self._given_model_options  # [] on the command line: no reset
-        if asked and saved != list(resets or []):
-            self.config[subcommand]["model"]["reset_steps"] = list(resets or [])
+        if asked and saved != resets:
+            self.config[subcommand]["model"]["reset_steps"] = resets
             then = (f"the networks start over after training step{'s' if len(resets) > 1 else ''} "
                     f"{', '.join(map(str, resets))} (any the checkpoint has passed are skipped)" if resets
                     else "no network reset")
-            self._notes += (f"model.reset_steps {list(resets or [])} (configured) replaces the checkpoint's {saved}: "
-                            f"{then}",)
+            self._notes += f"model.reset_steps {resets} (configured) replaces the checkpoint's {saved}: {then}",
         if subcommand == "fit" and ckpt is not None:  # a resume trains its checkpoint's model (given ones refused)
             typed["model"] = self.config[subcommand]["model"].clone()
         check_options(typed, subcommand or "fit")

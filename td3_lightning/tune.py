@@ -270,9 +270,13 @@ def without_idle_entries(cli: Any, space: dict[str, dict[str, Any]], given: bool
 
     def why_idle(name: str) -> str | None:
         why = idle_reason(name, config["model"], config["data"])
+        if why is None:
+            return None
         for other, entry in space.items():
             group, _, option = other.partition(".")
-            for _, value in _bounds(entry) if why and other != name and group in config else ():
+            if other == name or group not in config:
+                continue
+            for _, value in _bounds(entry):
                 varied = {**config, group: {**config[group], option: value}}
                 if idle_reason(name, varied["model"], varied["data"]) is None:
                     return None  # another entry's trials make it act
