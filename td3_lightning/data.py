@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shlex
 import sys
 import warnings
 from collections import deque
@@ -88,6 +89,22 @@ class ReplayLoader(DataLoader):
 
 #: the data options that shape how a run trains (beyond its env and replay capacity, checked apart): in checkpoints
 TRAINING_OPTIONS = ("batch_size", "warmup_steps", "utd_ratio", "n_step", "sampler", "priority_alpha")
+#: recorded in checkpoints later than those: compared only where recorded (an older checkpoint's value is unknown)
+RECORDED_LATER = ("num_envs", "train_env_kwargs")
+
+
+def recorded_option(datamodule: Any, name: str) -> Any:
+    """The value of the data option ``name`` that a checkpoint records: for ``train_env_kwargs`` the training aids
+    (what the training env takes beyond ``env_kwargs``, compared apart), else the attribute."""
+    if name == "train_env_kwargs":
+        return {key: value for key, value in datamodule.train_env_kwargs.items()
+                if key not in datamodule.env_kwargs or datamodule.env_kwargs[key] != value}
+    return getattr(datamodule, name)
+
+
+def _as_argument(value: Any) -> str:
+    """``value`` as a command-line value: a mapping as quoted JSON (YAML reads it), else as printed."""
+    return shlex.quote(json.dumps(value)) if isinstance(value, dict) else str(value)
 
 
 def changed_training_options(saved: dict[str, Any] | None, datamodule: Any, path: str,
@@ -97,7 +114,7 @@ def changed_training_options(saved: dict[str, Any] | None, datamodule: Any, path
     exponent, or dropped, are refused."""
     defaults = signature_defaults(ReplayDataModule)  # for options the checkpoint predates
     saved = options_as_trained(saved, {name: defaults[name] for name in TRAINING_OPTIONS})  # not recorded: {}
-    ours = {name: getattr(datamodule, name) for name in TRAINING_OPTIONS}
+    ours = {name: recorded_option(datamodule, name) for name in TRAINING_OPTIONS + RECORDED_LATER if name in saved}
     changed = {name: value for name, value in saved.items() if name in ours and ours[name] != value
                and not (idle_data_option(name, saved) and idle_data_option(name, ours))}  # idle in both: no matter
     if "warmup_steps" in changed and replay_size is not None and replay_size >= max(changed["warmup_steps"],
@@ -112,9 +129,8 @@ def changed_training_options(saved: dict[str, Any] | None, datamodule: Any, path
         raise UserInputError(
             f"checkpoint {path} holds LAP priorities (data.sampler lap, data.priority_alpha {alpha}) that this fit's "
             f"{fate}: add --data.sampler lap --data.priority_alpha {alpha} to resume it, or train a new run")
-    listing = ", ".join(f"data.{name} {getattr(datamodule, name)} (the checkpoint's: {value})"
-                        for name, value in changed.items())
-    add = " ".join(f"--data.{name} {value}" for name, value in changed.items())
+    listing = ", ".join(f"data.{name} {ours[name]} (the checkpoint's: {value})" for name, value in changed.items())
+    add = " ".join(f"--data.{name} {_as_argument(value)}" for name, value in changed.items())
     return f"checkpoint {path} was trained with other data options than this fit's: {listing}; add {add} to go on " \
            "as it was trained"
 
@@ -588,7 +604,8 @@ class ReplayDataModule(L.LightningDataModule):
             "replay": self.buffer.state_dict() if (self.buffer is not None and self.save_replay
                                                    and not self._replay_left_out) else None,
             "replay_left_out": self._replay_left_out,  # a best checkpoint: its run's last.ckpt holds the buffer
-            "options": {name: getattr(self, name) for name in TRAINING_OPTIONS},  # told back if a resume changes one
+            # told back if a resume changes one
+            "options": {name: recorded_option(self, name) for name in TRAINING_OPTIONS + RECORDED_LATER},
             "validated_on": [self.eval_seed, self.eval_episodes],  # a test on these seeds is warned of
         }
         return pack_rank_states(self.trainer, state)  # under DDP: every rank's buffer

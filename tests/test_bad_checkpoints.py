@@ -593,6 +593,33 @@ def test_a_resume_keeps_lap_priorities_and_is_told_other_data_options(tmp_path, 
         "checkpoint's: 300); add --data.warmup_steps 300 to go on as it was trained")
 
 
+def test_a_resume_is_told_other_training_envs_and_aids_where_its_checkpoint_records_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", *RUN, "--data.train_env_kwargs", "{g: 9.0}", "--data.env_kwargs", "{max_episode_steps: 150}"])
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    recorded = torch.load(last, map_location="cpu", weights_only=False)["ReplayDataModule"]["options"]
+    assert (recorded["num_envs"], recorded["train_env_kwargs"]) == (1, {"g": 9.0})  # the aids, not env_kwargs
+    resume = ["fit", *RUN, "--data.env_kwargs", "{max_episode_steps: 150}", "--ckpt_path", str(last)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main([*resume, "--trainer.max_steps", "90", "--data.train_env_kwargs", '{"g": 9.0}'])  # as trained
+    assert caught and not [w for w in caught if "other data options" in str(w.message)]
+    with pytest.warns(UserWarning) as caught:
+        main([*resume, "--trainer.max_steps", "120", "--data.num_envs", "2", "--data.vector_mode", "sync",
+              "--data.train_env_kwargs", "{g: 11.0, max_episode_steps: 150}"])  # an aid equal to env_kwargs': none
+    assert [str(w.message) for w in caught if "other data options" in str(w.message)] == [
+        f"checkpoint {last} was trained with other data options than this fit's: data.num_envs 2 (the checkpoint's: "
+        "1), data.train_env_kwargs {'g': 11.0} (the checkpoint's: {'g': 9.0}); add --data.num_envs 1 "
+        """--data.train_env_kwargs '{"g": 9.0}' to go on as it was trained"""]
+    from td3_lightning.data import changed_training_options
+
+    ours = types.SimpleNamespace(batch_size=16, warmup_steps=100, utd_ratio=1.0, n_step=1, sampler="uniform",
+                                 priority_alpha=0.4, num_envs=4, env_kwargs={}, train_env_kwargs={"g": 9.0})
+    older = {name: getattr(ours, name) for name in ("batch_size", "warmup_steps", "utd_ratio", "n_step", "sampler",
+                                                   "priority_alpha")}
+    assert changed_training_options(older, ours, "x.ckpt") is None  # not recorded: not known, not told
+
+
 def test_a_resume_its_replay_layout_cannot_continue_is_one_line_before_anything_is_written(tmp_path, monkeypatch,
                                                                                               capsys):
     monkeypatch.chdir(tmp_path)
