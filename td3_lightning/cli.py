@@ -549,7 +549,8 @@ class TD3CLI(LightningCLIHooks):
 
     def run_subcommand(self, subcommand: str, run: Any) -> None:
         """A fit stopped by Ctrl-C or SIGTERM (Lightning exits 1 or 0) ends with one line saying where it stands and
-        how to go on, and the signal's exit status (130, 143); a SLURM job's SIGTERM is left to Lightning (requeue).
+        how to go on (a validate or test: that it wrote no results), and the signal's exit status (130, 143); a SLURM
+        job's SIGTERM is left to Lightning (requeue).
         A fit that fills the disk names its checkpoint and the command that goes on after the full disk's line."""
         if subcommand in ("validate", "test"):  # the callbacks that wrote a played checkpoint do not matter
             warnings.filterwarnings("ignore", message=PLAYED_CHECKPOINT_CALLBACKS)

@@ -76,7 +76,7 @@ class LearningCurve(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         """A fit stopped by Ctrl-C or SIGTERM draws the curve so far (no collective: the ranks may be gone)."""
-        if stop_signal(trainer, exception) is not None:
+        if trainer.state.fn == "fit" and stop_signal(exception) is not None:
             self._draw(trainer, trainer.loggers[0].log_dir if trainer.loggers else trainer.default_root_dir)
 
     def _draw(self, trainer: L.Trainer, log_dir: str | None) -> None:

@@ -1,5 +1,6 @@
 """A fit stopped by Ctrl-C (SIGINT) or SIGTERM, or ended by a write the machine refused (a full disk, a folder made
-read-only): one line saying where it stands and the command that goes on.
+read-only): one line saying where it stands and the command that goes on (a stopped validate or test: that it wrote
+no results).
 
 Lightning ends a stopped fit with exit status 1 (SIGINT) or 0 (SIGTERM, which a script reads as success).
 :class:`StopNotice` notes the stop while Lightning shuts down; the command line then prints
@@ -79,10 +80,24 @@ def checkpoint_step(path: Path) -> int | None:
     return int(step) if isinstance(step, int) else None
 
 
-def stop_signal(trainer: L.Trainer, exception: BaseException) -> str | None:
-    """``SIGINT`` (Ctrl-C) or ``SIGTERM`` when ``exception`` is a fit's stop by that signal, else None."""
-    if trainer.state.fn != "fit":
-        return None
+@dataclass(frozen=True)
+class PlayStop:
+    """A validate or test stopped by a signal before its results were written."""
+
+    signal: str
+    stage: str
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.signal]
+
+    def line(self, argv: list[str]) -> str:
+        return f"stopped by {self.signal} during {self.stage}, before its results were written: run the same " \
+               "command again"
+
+
+def stop_signal(exception: BaseException) -> str | None:
+    """``SIGINT`` (Ctrl-C) or ``SIGTERM`` when ``exception`` is Lightning's stop by that signal, else None."""
     return ("SIGINT" if isinstance(exception, KeyboardInterrupt)
             else "SIGTERM" if isinstance(exception, SIGTERMException) else None)
 
@@ -93,12 +108,16 @@ class StopNotice(L.Callback):
     the signal and the step reached (:attr:`stop`)."""
 
     def __init__(self) -> None:
-        self.stop: Stop | None = None
+        self.stop: Stop | PlayStop | None = None
         self.standing: Standing | None = None
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        name = stop_signal(trainer, exception)
-        if name is None and not (trainer.state.fn == "fit" and isinstance(exception, WriteRefusedError)):
+        name = stop_signal(exception)
+        if trainer.state.fn != "fit":
+            if name is not None:
+                self.stop = PlayStop(name, getattr(trainer.state.fn, "value", str(trainer.state.fn)))
+            return
+        if name is None and not isinstance(exception, WriteRefusedError):
             return  # only the lines that name the checkpoint read it
         written = next((c.last_model_path for c in trainer.callbacks  # by this run: not an older run's file there
                         if isinstance(c, ModelCheckpoint) and c.last_model_path), "")
@@ -111,7 +130,7 @@ class StopNotice(L.Callback):
                              max_steps=trainer.max_steps)
 
 
-def stop_of(callbacks: list[Any]) -> Stop | None:
+def stop_of(callbacks: list[Any]) -> Stop | PlayStop | None:
     """The stop that a :class:`StopNotice` among ``callbacks`` noted, if any."""
     return next((c.stop for c in callbacks if isinstance(c, StopNotice) and c.stop is not None), None)
 

@@ -446,8 +446,11 @@ def run_trial(trial: optuna.Trial, base: list[str], space: dict[str, dict[str, A
     try:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     except SystemExit:
-        if cli.trainer.interrupted:  # Lightning ends a run on Ctrl+C with sys.exit(1): Optuna fails the trial on this
-            raise KeyboardInterrupt from None
+        if cli.trainer.interrupted:  # Lightning ends a run on Ctrl+C (SIGTERM) with sys.exit(1) (0); Optuna fails
+            from td3_lightning.stops import stop_of  # the trial on the KeyboardInterrupt
+
+            stop = stop_of(cli.trainer.callbacks)
+            raise TrialStopped(stop.signal if stop is not None else "SIGINT") from None
         raise
     if report.pruned_at is not None:
         print(f"trial {trial.number}: pruned at step {report.pruned_at} ({METRIC} {report.last_value:.2f})")
@@ -656,11 +659,13 @@ def search(ns: argparse.Namespace, overrides: list[str], space: dict[str, dict[s
           f"runs under {study_dir}/trial_<number>", flush=True)
     try:
         run_study(study, base, space, study_dir, ns.n_trials)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stopped:
         print(trials_table(study, list(space)))
         print("interrupted: the study keeps its trials (the interrupted one as FAIL); run the same command again "
               "to continue it", file=sys.stderr)
-        sys.exit(130)
+        from td3_lightning.stops import EXIT_CODES
+
+        sys.exit(EXIT_CODES[getattr(stopped, "signal", "SIGINT")])  # Ctrl-C between trials: SIGINT
 
     print(trials_table(study, list(space)))
     best = write_best_config(study, base, Path(ns.best_config), ns.storage)
@@ -682,6 +687,14 @@ def run_study(study: optuna.Study, base: list[str], space: dict[str, dict[str, A
         study.optimize(lambda trial: run_trial(trial, base, space, study_dir), n_trials=n_trials)
     finally:
         optimize_log.removeFilter(quiet)
+
+
+class TrialStopped(KeyboardInterrupt):
+    """A trial's fit stopped by ``signal`` (SIGINT or SIGTERM): the study stops too, with that signal's status."""
+
+    def __init__(self, signal: str) -> None:
+        super().__init__(signal)
+        self.signal = signal
 
 
 class _QuietInterrupt(logging.Filter):

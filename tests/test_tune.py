@@ -6,6 +6,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 import types
 import warnings
 from pathlib import Path
@@ -400,6 +401,27 @@ def test_help_shows_the_default_space(capsys):
         assert f"  {name}: {json.dumps(entry)}" in text
     for option in ("--storage", "--study_name", "--n_trials", "--space", "--study_dir", "--best_config", "--pruner"):
         assert option in text
+
+
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_in_a_trial_ends_the_study_with_the_signals_status(sig, code, tmp_path):
+    """A scheduler's SIGTERM in a trial: 143, as a fit's (Lightning's own status: 0); Ctrl-C: 130."""
+    import signal as signals
+
+    proc = subprocess.Popen([sys.executable, "-m", "td3_lightning", "tune", "--config", "pendulum.yaml", "--storage",
+                             "sqlite:///study.db", "--n_trials", "1", *TINY, "--trainer.max_steps", "1000000"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signals.signal(signals.SIGINT, signals.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("**/trial_0/**/config.yaml")):  # the trial's fit has begun
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(2.0)
+    proc.send_signal(getattr(signals, sig))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, (proc.returncode, err[-2000:])
+    assert err.strip().splitlines()[-1] == ("interrupted: the study keeps its trials (the interrupted one as FAIL); "
+                                            "run the same command again to continue it")
 
 
 def test_ctrl_c_in_a_trial_is_one_line_and_the_study_keeps_the_trial(tmp_path, monkeypatch, capfd):
