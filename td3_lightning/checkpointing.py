@@ -49,7 +49,7 @@ from td3_lightning import _lightning
 from td3_lightning.errors import CKPT_PATH_TAKES, UserInputError, check_checkpoint_file, shipped_path
 from td3_lightning.extensions.policy_checkpoints import policy_version
 from td3_lightning.replay import LAYOUT_KEYS
-from td3_lightning.resources import gigabytes
+from td3_lightning.resources import gigabytes, nearest_existing
 from td3_lightning.rules import idle_model_options
 
 _PATH = Union[str, "os.PathLike[str]"]
@@ -106,10 +106,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 @contextlib.contextmanager
-def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
+def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX, replay: bool = False) -> Iterator[Path]:
     """Write a file atomically: the body writes the yielded temporary path (hidden, in the
     target's folder, ending in ``suffix``); on success it is fsynced and renamed over ``path``
-    and the folder is fsynced; if the body raises, it is removed and ``path`` is untouched."""
+    and the folder is fsynced; if the body raises, it is removed and ``path`` is untouched. What the machine
+    refuses (an ``OSError`` with an errno) is a one-line :class:`WriteRefusedError` (``replay``: the file holds a
+    replay buffer, whose options a full disk's line names)."""
     target = Path(path).expanduser()
     folder = target.parent.absolute()
     tmp = ""
@@ -126,15 +128,31 @@ def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
         if tmp:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        if isinstance(err, WriteRefusedError):
+            raise
         if _disk_full(err):
-            raise DiskFullError(
-                f"writing {target} failed: No space left on device ({gigabytes(shutil.disk_usage(folder).free)} "
-                f"free in {folder}); what was there before is kept: free some space") from None
+            raise DiskFullError(f"writing {target} failed: No space left on device ({_free_in(folder)}); what was "
+                                "there before is kept: free some space", replay=replay) from None
         if isinstance(err, OSError) and err.errno in WRITE_REFUSALS:
             raise WriteRefusedError(f"writing {target} failed: {err.strerror} ({folder}); what was there before is "
                                     "kept: make the folder writable, or write elsewhere") from None
+        if isinstance(err, OSError) and err.errno is not None:  # a folder or file in the way, a name too long, ...
+            fix = "give a shorter file name" if err.errno == errno.ENAMETOOLONG else \
+                "move what is in the way, or write elsewhere"
+            where = err.filename2 or err.filename or folder  # the path it names, the temporary file's as the target
+            where = target if Path(where).name.startswith(f".{target.name}.") else where
+            raise WriteRefusedError(f"writing {target} failed: {err.strerror} ({where}); what was there before is "
+                                    f"kept: {fix}") from None
         raise
     _fsync_dir(folder)
+
+
+def _free_in(folder: Path) -> str:
+    """The free space on the disk of ``folder`` (or of its nearest existing parent), as text."""
+    try:
+        return f"{gigabytes(shutil.disk_usage(nearest_existing(folder)).free)} free in {folder}"
+    except OSError:
+        return f"in {folder}"
 
 
 #: what the machine answers a write it refuses with (beside a full disk): permissions, a read-only or failing disk
@@ -150,16 +168,24 @@ class WriteRefusedError(UserInputError, OSError):
         super().__init__(f"{what}; {go_on}")
         self.what = what
 
+    def going_on(self, go_on: str, resumable: bool) -> WriteRefusedError:
+        """The same refusal with another way on (``resumable``: it names a checkpoint to go on from)."""
+        return type(self)(self.what, go_on, resumable)
+
 
 class DiskFullError(WriteRefusedError):
-    """The disk filled during the write; beside freeing space, a smaller checkpoint helps: going on from the fit's
-    checkpoint keeps its buffer's size (``resumable``)."""
+    """The disk filled during the write; beside freeing space, a smaller checkpoint helps where it holds a replay
+    buffer (``replay``): going on from the fit's checkpoint keeps its buffer's size (``resumable``)."""
 
-    def __init__(self, what: str, go_on: str = "then run the command again", resumable: bool = False) -> None:
-        relief = "(or set data.save_replay false)" if resumable else \
-            "(or lower data.buffer_size, or set data.save_replay false)"
-        super().__init__(f"{what} {relief}", go_on)
-        self.what = what
+    def __init__(self, what: str, go_on: str = "then run the command again", resumable: bool = False,
+                 replay: bool = False) -> None:
+        relief = "" if not replay else " (or set data.save_replay false)" if resumable else \
+            " (or lower data.buffer_size, or set data.save_replay false)"
+        super().__init__(f"{what}{relief}", go_on)
+        self.what, self.replay = what, replay
+
+    def going_on(self, go_on: str, resumable: bool) -> DiskFullError:
+        return type(self)(self.what, go_on, resumable, self.replay)
 
 
 def _disk_full(err: BaseException | None) -> bool:
@@ -173,9 +199,9 @@ def _disk_full(err: BaseException | None) -> bool:
     return False
 
 
-def atomic_torch_save(obj: Any, path: _PATH) -> None:
-    """``torch.save(obj, path)`` through :func:`atomic_path`."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+def atomic_torch_save(obj: Any, path: _PATH, replay: bool = True) -> None:
+    """``torch.save(obj, path)`` through :func:`atomic_path` (``replay``: ``obj`` may hold a replay buffer)."""
+    with atomic_path(path, replay=replay) as tmp, open(tmp, "wb") as f:
         torch.save(obj, f)
     log.debug("saved checkpoint %s", path)
 
@@ -493,7 +519,7 @@ def slim_checkpoint(src: str | Path, out: str | Path) -> Path:
     if isinstance(data, dict) and data.get("env_kwargs") is not None:  # the env it was trained on, told back
         slim[CHECKPOINT_KEY]["env"] = [data.get("env_id"), data["env_kwargs"]]
     out = Path(out)
-    atomic_torch_save(slim, out)
+    atomic_torch_save(slim, out, replay=False)
     return out
 
 

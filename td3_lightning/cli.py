@@ -566,7 +566,7 @@ class TD3CLI(LightningCLIHooks):
             standing = standing_of(self._callbacks())
             if standing is None:
                 raise
-            raise type(err)(err.what, standing.go_on(self._argv), resumable=standing.last is not None) from None
+            raise err.going_on(standing.go_on(self._argv), standing.last is not None) from None
 
     def _callbacks(self) -> list[Any]:
         """The trainer's callbacks; none before the trainer exists."""

@@ -56,7 +56,8 @@ def check_replay_memory(needed: int, buffer_size: int, available: int | None, wh
         f"to at most {fits}")
 
 
-def _nearest_existing(path: Path) -> Path:
+def nearest_existing(path: Path) -> Path:
+    """``path``, or its nearest parent that exists."""
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
@@ -64,7 +65,7 @@ def _nearest_existing(path: Path) -> Path:
 
 def warn_if_disk_short(folder: str, needed: int, what: str) -> None:
     """Warn (with the figures) when the disk holding ``folder`` has less free space than ``needed`` bytes."""
-    base = _nearest_existing(Path(folder).expanduser().absolute())
+    base = nearest_existing(Path(folder).expanduser().absolute())
     try:
         free = shutil.disk_usage(base).free
     except OSError:

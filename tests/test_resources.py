@@ -101,6 +101,35 @@ def test_a_write_the_machine_refuses_keeps_the_previous_file_and_says_so(tmp_pat
     assert torch.load(target)["step"] == 1 and [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
 
 
+def test_what_else_the_machine_refuses_in_a_write_is_one_line_and_keeps_what_was_there(tmp_path, monkeypatch):
+    from td3_lightning.checkpointing import atomic_path
+
+    (tmp_path / "curve.png").mkdir()  # a folder in the way
+    with pytest.raises(WriteRefusedError) as caught, atomic_path(tmp_path / "curve.png") as tmp:
+        tmp.write_text("x")
+    assert str(caught.value) == (f"writing {tmp_path / 'curve.png'} failed: Is a directory ({tmp_path / 'curve.png'}); "
+                                 "what was there before is kept: move what is in the way, or write elsewhere; then "
+                                 "run the command again")
+    (tmp_path / "videos").write_text("")  # a file where the folder goes
+    with pytest.raises(WriteRefusedError, match=r"failed: File exists .*move what is in the way"), \
+            atomic_path(tmp_path / "videos" / "test.gif") as tmp:
+        tmp.write_text("x")
+    with pytest.raises(WriteRefusedError, match=r"failed: File name too long .*: give a shorter file name; then run"), \
+            atomic_path(tmp_path / ("k" * 250 + ".ckpt")) as tmp:  # a name the file system takes, its temporary not
+        tmp.write_text("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.png", "videos"] and not any((tmp_path / "curve.png")
+                                                                                              .iterdir())
+    with pytest.raises(OSError, match="cannot write mode") as caught, atomic_path(tmp_path / "plot.jpg"):
+        raise OSError("cannot write mode RGBA as JPEG")  # no errno: a program's error, not the machine's
+    assert not isinstance(caught.value, WriteRefusedError)
+    monkeypatch.setattr(checkpointing.tempfile, "mkstemp", _full_disk)
+    with pytest.raises(DiskFullError) as caught, atomic_path(tmp_path / "a" / "b" / "curve.png"):
+        pass  # a folder not made yet: the free space of the disk it would be on (before: a FileNotFoundError)
+    assert str(caught.value).startswith(f"writing {tmp_path / 'a/b/curve.png'} failed: No space left on device (")
+    assert str(caught.value).endswith(f"free in {tmp_path / 'a/b'}); what was there before is kept: free some space; "
+                                      "then run the command again")  # no buffer's options: no replay in a plot
+
+
 FIT = ["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "120", "--trainer.val_check_interval", "40",
        "--data.warmup_steps", "50", "--model.hidden_dims", "[8]", "--data.eval_episodes", "1"]
 
