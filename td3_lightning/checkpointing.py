@@ -128,23 +128,35 @@ def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX, replay: bool = False) -> 
         if tmp:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        if isinstance(err, WriteRefusedError):
+        refusal = write_refusal(err, target, replay=replay, in_the_way=True)
+        if refusal is None:
             raise
-        if _disk_full(err):
-            raise DiskFullError(f"writing {target} failed: No space left on device ({_free_in(folder)}); what was "
-                                "there before is kept: free some space", replay=replay) from None
-        if isinstance(err, OSError) and err.errno in WRITE_REFUSALS:
-            raise WriteRefusedError(f"writing {target} failed: {err.strerror} ({folder}); what was there before is "
-                                    "kept: make the folder writable, or write elsewhere") from None
-        if isinstance(err, OSError) and err.errno is not None:  # a folder or file in the way, a name too long, ...
-            fix = "give a shorter file name" if err.errno == errno.ENAMETOOLONG else \
-                "move what is in the way, or write elsewhere"
-            where = err.filename2 or err.filename or folder  # the path it names, the temporary file's as the target
-            where = target if Path(where).name.startswith(f".{target.name}.") else where
-            raise WriteRefusedError(f"writing {target} failed: {err.strerror} ({where}); what was there before is "
-                                    f"kept: {fix}") from None
-        raise
+        raise refusal from None
     _fsync_dir(folder)
+
+
+def write_refusal(err: BaseException, target: Path, replay: bool = False,
+                  in_the_way: bool = False) -> WriteRefusedError | None:
+    """``err``, raised writing ``target``, as the one-line refusal of the machine it is: a full disk (``replay``: the
+    file holds a replay buffer, whose options the line names), a folder or disk that refuses writes, or with
+    ``in_the_way`` any other ``OSError`` with an errno (a folder or file in the way, a name too long); else None."""
+    folder = target.parent.absolute()
+    if isinstance(err, WriteRefusedError):
+        return err
+    if _disk_full(err):
+        return DiskFullError(f"writing {target} failed: No space left on device ({_free_in(folder)}); what was there "
+                             "before is kept: free some space", replay=replay)
+    if not isinstance(err, OSError) or err.errno is None or (err.errno not in WRITE_REFUSALS and not in_the_way):
+        return None
+    if err.errno in WRITE_REFUSALS:
+        return WriteRefusedError(f"writing {target} failed: {err.strerror} ({folder}); what was there before is "
+                                 "kept: make the folder writable, or write elsewhere")
+    fix = ("give a shorter file name" if err.errno == errno.ENAMETOOLONG
+           else "move what is in the way, or write elsewhere")
+    where = err.filename2 or err.filename or folder  # the path it names, the temporary file's as the target
+    where = target if Path(where).name.startswith(f".{target.name}.") else where
+    return WriteRefusedError(f"writing {target} failed: {err.strerror} ({where}); what was there before is kept: "
+                             f"{fix}")
 
 
 def _free_in(folder: Path) -> str:

@@ -16,7 +16,9 @@ import os
 import random
 import re
 import sys
+import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,7 @@ from td3_lightning.checkpointing import (
     RESUME_MAY_CHANGE,
     SELECTION_FILE,
     ModelCheckpoint,
-    WriteRefusedError,
+    atomic_path,
     best_of_run,
     check_checkpoint,
     find_run_checkpoint,
@@ -50,6 +52,7 @@ from td3_lightning.checkpointing import (
     same_option,
     selected_checkpoint,
     with_atomic_checkpoint_io,
+    write_refusal,
 )
 from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
 from td3_lightning.declarations import signature_defaults
@@ -162,7 +165,17 @@ class SaveRunConfig(SaveConfigCallback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if trainer.logger is None and stage in ("validate", "test"):
             return  # no folder of its own: the config.yaml of default_root_dir (a fit's, or yours) stays as it is
-        super().setup(trainer, pl_module, stage)
+        save = self.parser.save
+
+        def atomic_save(config: Any, path: str, **kwargs: Any) -> None:  # a full disk leaves no half-written file
+            with atomic_path(path, suffix=".tmp.yaml") as tmp:
+                save(config, str(tmp), **{**kwargs, "overwrite": True})  # over the temporary file
+
+        self.parser.save = atomic_save
+        try:
+            super().setup(trainer, pl_module, stage)
+        finally:
+            del self.parser.save  # the parser's own again
 
     def check_run_folder(self, trainer: Trainer, config_files: list[str], subcommand: str | None) -> None:
         """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), nor a
@@ -562,11 +575,14 @@ class TD3CLI(LightningCLIHooks):
                 raise
             print(stop.line(self._argv), file=sys.stderr)
             sys.exit(stop.exit_code)
-        except WriteRefusedError as err:  # a full disk, or a folder or disk that refuses writes
+        except Exception as err:  # a full disk, or a folder or disk that refuses writes (Lightning's own included)
+            refusal = write_refusal(err, Path(getattr(err, "filename", None) or self.trainer.log_dir or "."))
+            if refusal is None:
+                raise
             standing = standing_of(self._callbacks())
             if standing is None:
-                raise
-            raise err.going_on(standing.go_on(self._argv), standing.last is not None) from None
+                raise refusal from None
+            raise refusal.going_on(standing.go_on(self._argv), standing.last is not None) from None
 
     def _callbacks(self) -> list[Any]:
         """The trainer's callbacks; none before the trainer exists."""
@@ -696,6 +712,8 @@ def _main(args: list[str] | None) -> None:
         print(f"error: tune is dispatched by td3_lightning.__main__.main ({commands.PROG} tune ...)",
               file=sys.stderr)
         sys.exit(2)
+    thread_hook = threading.excepthook
+    threading.excepthook = functools.partial(_thread_exception, thread_hook)
     try:
         argv = resolve_config_args(argv)
         TD3CLI(TD3, ReplayDataModule, args=argv, **cli_kwargs())
@@ -712,6 +730,15 @@ def _main(args: list[str] | None) -> None:
     except argparse.ArgumentError as err:  # a parse error outside parse_arguments (e.g. while instantiating)
         print(f"error: {one_line_parse_error(str(err))}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        threading.excepthook = thread_hook
+
+
+def _thread_exception(hook: Callable[[Any], None], args: Any) -> None:
+    """A logger's writer thread that the machine refuses a write (a full disk) ends without its traceback: the
+    command's own line says it; any other thread's exception goes to ``hook``."""
+    if write_refusal(args.exc_value, Path(".")) is None:
+        hook(args)
 
 
 def _options_of_the_run(model: Any) -> tuple[dict[str, Any], dict[str, Any]]:

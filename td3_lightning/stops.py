@@ -20,7 +20,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from td3_lightning.checkpointing import WriteRefusedError, peek_checkpoint
+from td3_lightning.checkpointing import peek_checkpoint, write_refusal
 
 #: the exit status of a fit stopped by each signal (the shell's 128 + the signal's number)
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
@@ -117,7 +117,7 @@ class StopNotice(L.Callback):
             if name is not None:
                 self.stop = PlayStop(name, getattr(trainer.state.fn, "value", str(trainer.state.fn)))
             return
-        if name is None and not isinstance(exception, WriteRefusedError):
+        if name is None and write_refusal(exception, Path(".")) is None:  # (whether it is one: no path is told)
             return  # only the lines that name the checkpoint read it
         written = next((c.last_model_path for c in trainer.callbacks  # by this run: not an older run's file there
                         if isinstance(c, ModelCheckpoint) and c.last_model_path), "")

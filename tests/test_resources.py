@@ -7,6 +7,7 @@ import shlex
 import shutil
 import warnings
 from collections import namedtuple
+from pathlib import Path
 
 import pytest
 import torch
@@ -189,6 +190,54 @@ def test_a_fit_whose_first_checkpoint_fills_the_disk_says_to_start_over(tmp_path
     assert err[0].endswith("free some space (or lower data.buffer_size, or set data.save_replay false); no "
                            "checkpoint was written yet: run the same command again to start over")
     assert not list(tmp_path.glob("lightning_logs/version_0/checkpoints/*.ckpt"))
+
+
+def test_a_full_disk_under_lightnings_own_writes_is_one_line_and_leaves_no_half_written_config(
+        tmp_path, monkeypatch, capsys):
+    import threading
+    from types import SimpleNamespace
+
+    from lightning.pytorch.cli import LightningArgumentParser
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from td3_lightning.cli import _thread_exception
+
+    def half_then_full(self, cfg, path, **kwargs):
+        Path(path).write_text("model:\n")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.chdir(tmp_path)
+    with monkeypatch.context() as patched:
+        patched.setattr(LightningArgumentParser, "save", half_then_full)  # before: a traceback, half a config.yaml
+        with pytest.raises(SystemExit) as exit_info:
+            main(FIT)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err and err.splitlines()[-1].startswith(
+        f"error: writing {tmp_path / 'lightning_logs/version_0/config.yaml'} failed: No space left on device (")
+    assert err.splitlines()[-1].endswith("free some space; no checkpoint was written yet: run the same command again "
+                                         "to start over")
+    assert not list(tmp_path.glob("lightning_logs/version_0/*.yaml"))
+    steps = []
+
+    def events_then_full(self, metrics, step=None):
+        steps.append(step)
+        if step >= 60:
+            raise RuntimeError("event writer failed") from OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(TensorBoardLogger, "log_metrics", events_then_full)  # TensorBoard's files: before, a traceback
+    with pytest.raises(SystemExit) as exit_info:
+        main(FIT)
+    err = capsys.readouterr().err
+    last = tmp_path / "lightning_logs/version_1/checkpoints/last.ckpt"
+    assert exit_info.value.code == 2 and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith(f"error: writing {tmp_path / 'lightning_logs/version_1'} failed: No space "
+                                           "left on device (") and f"; {last} is at step 40; go on with:" in err
+    told = []
+    thread_error = SimpleNamespace(exc_value=OSError(errno.ENOSPC, "No space left on device"))
+    _thread_exception(told.append, thread_error)  # a logger's writer thread: the command's line says it
+    other = SimpleNamespace(exc_value=ValueError("a thread's own bug"))
+    _thread_exception(told.append, other)
+    assert told == [other] and threading.excepthook is not _thread_exception
 
 
 def test_more_cpu_processes_than_cores_are_warned_of():
