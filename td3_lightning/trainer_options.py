@@ -97,7 +97,11 @@ def check_folder_option(option: str, path: Any) -> None:
     target = Path(path).expanduser()
     missing = None  # the first folder on the way that does not exist yet
     for folder in (target, *target.parents):
-        if folder.exists():
+        try:
+            exists = folder.exists()
+        except OSError as err:  # a name longer than the file system takes
+            raise UserInputError(f"{option} {path} cannot be a folder ({err.strerror}); give a shorter path") from None
+        if exists:
             if not folder.is_dir():
                 where = "is a file" if folder == target else f"lies inside {folder}, which is a file"
                 raise UserInputError(f"{option} {path} {where}; it must be a folder (an existing one or one to create)")
@@ -200,6 +204,9 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
     root = trainer.get("default_root_dir")  # unset: the current folder, where the run folders go
     check_folder_option("trainer.default_root_dir" if root is not None else
                         "the current folder (trainer.default_root_dir)", os.getcwd() if root is None else root)
+    if trainer.get("logger") in (None, True):  # the default logger's folder of runs
+        check_folder_option("the folder of runs (trainer.default_root_dir/lightning_logs)",
+                            Path(os.getcwd() if root is None else root, "lightning_logs"))
     loggers = trainer.get("logger")
     for logger in loggers if isinstance(loggers, list) else [loggers]:  # a logger given as class_path/init_args
         init_args = logger.get("init_args") if isinstance(logger, Mapping) else None

@@ -264,6 +264,23 @@ def test_a_fit_in_a_current_folder_that_cannot_be_written_is_one_line(monkeypatc
         "error: the current folder (trainer.default_root_dir) /proc: no file can be created in this folder (")
 
 
+def test_a_file_where_the_runs_go_or_a_path_too_long_is_one_line_before_anything_is_written(tmp_path, monkeypatch,
+                                                                                               capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lightning_logs").write_text("notes")
+    with pytest.raises(SystemExit) as exit_info:  # before: a FileExistsError traceback from the logger
+        main(FIT)
+    assert exit_info.value.code == 2 and capsys.readouterr().err.strip() == (
+        f"error: the folder of runs (trainer.default_root_dir/lightning_logs) {tmp_path / 'lightning_logs'} is a file; "
+        "it must be a folder (an existing one or one to create)")
+    assert [p.name for p in tmp_path.iterdir()] == ["lightning_logs"]
+    with pytest.raises(SystemExit) as exit_info:  # before: an OSError traceback
+        main([*FIT, "--trainer.default_root_dir", "d" * 300])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.strip() == (
+        f"error: trainer.default_root_dir {'d' * 300} cannot be a folder (File name too long); give a shorter path")
+    assert [p.name for p in tmp_path.iterdir()] == ["lightning_logs"]
+
+
 def test_a_stop_names_the_last_ckpt_of_this_run_only(tmp_path):
     """A new run stopped before its first checkpoint: an older run's last.ckpt in the same folder is not its own."""
     from types import SimpleNamespace
