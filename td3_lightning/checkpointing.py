@@ -794,6 +794,8 @@ def selected_checkpoint(newest: Path) -> Path | None:
         selection = json.loads(path.read_text())
         name, candidates = selection["chosen"], selection["candidates"]
         chosen = Path(os.path.normpath(folder / name))
+        if not isinstance(candidates, (dict, list)):
+            raise TypeError(f"its candidates are {type(candidates).__name__}, not checkpoint names")
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserInputError(f"{path} is not a selection this package wrote ({type(err).__name__}: {err}); "
                              "delete it or pass a checkpoint file to --ckpt_path") from None

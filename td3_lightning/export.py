@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from td3_lightning.commands import PROG, OneLineParser, plain_text
-from td3_lightning.errors import UserInputError, check_checkpoint_file, shipped_path
+from td3_lightning.errors import UserInputError, check_checkpoint_file, shipped_path, yaml_problem
 
 if TYPE_CHECKING:  # torch and Lightning are imported when a checkpoint is read: --help and parse errors need none
     import torch
@@ -196,8 +196,13 @@ def run_config(path: str) -> dict[str, Any]:
     sections = {}
     for name in ("trainer", "checkpoint", "data", "model"):
         section = content.get(name)
-        if isinstance(section, str) and os.path.isfile(Path(resolved).parent / section):  # a section's own file
-            section = yaml.safe_load((Path(resolved).parent / section).read_text())
+        if isinstance(section, str) and os.path.isfile(file := Path(resolved).parent / section):  # its own file
+            try:
+                section = yaml.safe_load(file.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, yaml.YAMLError) as err:
+                problem = yaml_problem(err) if isinstance(err, yaml.YAMLError) else "not a text file"
+                raise UserInputError(f"--config {path}: the file of its {name} section, {file}, is not valid YAML "
+                                     f"({problem}); fix it") from None
         sections[name] = dict(section) if isinstance(section, dict) else {}
     sections["model"] = sections["model"].get("init_args", sections["model"])  # class_path / init_args form
     return sections

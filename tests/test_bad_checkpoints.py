@@ -441,6 +441,8 @@ def test_export_with_a_config_takes_that_configs_run(real_ckpt, tmp_path, monkey
         _edited(best, folder / best.name, lambda ckpt: ckpt["hyper_parameters"].update(gamma=gamma))
         os.utime(folder / best.name, (1e9 + i, 1e9 + i))
     (tmp_path / "mine.yaml").write_text("data: {env_id: Pendulum-v1}\nmodel: {gamma: 0.9}\n")
+    (tmp_path / "split.yaml").write_text("data: {env_id: Pendulum-v1}\nmodel: model.yaml\n")
+    (tmp_path / "model.yaml").write_text("hidden_dims: [1,\n")  # before: a yaml ParserError traceback
     monkeypatch.chdir(tmp_path)
     export_main(["--out", "newest.ckpt"])
     assert f"checkpoint: {runs / 'version_1/checkpoints' / best.name} (--ckpt_path best)" in capsys.readouterr().out
@@ -453,7 +455,10 @@ def test_export_with_a_config_takes_that_configs_run(real_ckpt, tmp_path, monkey
                           (["--config", "nothere.yaml"], "config file not found: nothere.yaml; give a path to a YAML "
                            "file or a bundled config (ant_td7.yaml, "),
                           (["--config", "{model: {gamma: 0.9}}"], "--config {model: {gamma: 0.9}}: export reads a "
-                           "config file; give a YAML file or a bundled config's name")):
+                           "config file; give a YAML file or a bundled config's name"),
+                          (["--config", "split.yaml"], "--config split.yaml: the file of its model section, "
+                           "model.yaml, is not valid YAML (expected the node content, but found '<stream end>' at "
+                           "line 2, column 1")):
         with pytest.raises(SystemExit) as info:
             export_main([*args, "--out", "refused.ckpt"])
         err = capsys.readouterr().err

@@ -71,6 +71,7 @@ def test_best_is_the_selected_checkpoint(tmp_path):
 @pytest.mark.parametrize("content, says", [
     ("{not json", "is not a selection this package wrote"),
     (json.dumps({"chosen": "best-step10.ckpt"}), "is not a selection this package wrote (KeyError"),
+    (json.dumps({"chosen": "best-step10.ckpt", "candidates": 5}), "wrote (TypeError: its candidates are int, not "),
     (json.dumps({"chosen": "best-step30.ckpt", "candidates": {"best-step30.ckpt": {}}}), "best-step30.ckpt, which is"),
     (json.dumps({"chosen": "../notes.txt", "candidates": {"../notes.txt": {}}}), "notes.txt, which is"),
     (json.dumps({"chosen": "last.ckpt", "candidates": {"last.ckpt": {}}}), "last.ckpt, which is"),
