@@ -198,6 +198,10 @@ class SaveRunConfig(SaveConfigCallback):
                                  "another --trainer.default_root_dir, or keep your config file elsewhere")
         job = SLURMEnvironment.job_id()
         fit = subcommand in ("fit", None)
+        if not fit and isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)) and target.is_file():
+            raise UserInputError(f"{log_dir} already holds a run ({self.config_filename}), which {subcommand} would "
+                                 "write over; give another --trainer.logger.init_args.version (or none: a new "
+                                 "version_N)")
         if not fit or self.resumed_from or (job is not None and _requeued(Path(trainer.default_root_dir))):
             return  # a requeued SLURM job goes on in its folder (from its hpc_ckpt, if it wrote one)
         if trainer.logger is None:  # no log folder of its own: the run writes into default_root_dir itself

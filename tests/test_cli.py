@@ -83,6 +83,14 @@ def test_a_config_s_checkpoint_is_said_and_a_run_folder_or_config_file_is_not_wr
           "--data.buffer_device", "cuda:99"])  # test builds no buffer: a device it lacks is not asked for
     played = yaml.safe_load((tmp_path / "lightning_logs" / "version_3" / "config.yaml").read_text())["ckpt_path"]
     assert played == str(best)  # a test's config names the checkpoint it played
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:  # before: the test wrote its config.yaml over the fit's
+        main(["test", *named, "--ckpt_path", str(best), "--data.test_episodes", "1"])
+    assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: ./lightning_logs/exp1 already holds a run (config.yaml), which test would write over; give another "
+        "--trainer.logger.init_args.version (or none: a new version_N)")
+    assert yaml.safe_load((folder / "config.yaml").read_text())["trainer"]["max_steps"] == 40
+    assert not (folder / "test_results.json").exists()
     mine = tmp_path / "config.yaml"
     mine.write_text("# my settings\ntrainer:\n  max_steps: 20\n")
     capsys.readouterr()
