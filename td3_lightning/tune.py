@@ -25,6 +25,7 @@ Optuna is an optional dependency: ``pip install -c constraints.txt -e ".[tune]"`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -33,6 +34,7 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -654,11 +656,13 @@ def search(ns: argparse.Namespace, overrides: list[str], space: dict[str, dict[s
     pruner = (optuna.pruners.MedianPruner(n_startup_trials=ns.pruner_startup_trials,
                                           n_warmup_steps=ns.pruner_warmup_steps)
               if ns.pruner == "median" else optuna.pruners.NopPruner())
-    study = open_study(ns.storage, study_name, pruner, ns.sampler_seed, fingerprint, legacy)
+    with storage_refusals(ns.storage):
+        study = open_study(ns.storage, study_name, pruner, ns.sampler_seed, fingerprint, legacy)
     print(f"study {study_name} in {ns.storage}: {len(study.trials)} trial(s) so far; running {ns.n_trials} more, "
           f"runs under {study_dir}/trial_<number>", flush=True)
     try:
-        run_study(study, base, space, study_dir, ns.n_trials)
+        with storage_refusals(ns.storage):
+            run_study(study, base, space, study_dir, ns.n_trials)
     except KeyboardInterrupt as stopped:
         print(trials_table(study, list(space)))
         print("interrupted: the study keeps its trials (the interrupted one as FAIL); run the same command again "
@@ -674,6 +678,21 @@ def search(ns: argparse.Namespace, overrides: list[str], space: dict[str, dict[s
     else:
         print(f"best: trial {best} ({METRIC} {study.best_value:.2f}); its config: {ns.best_config} "
               f"({PROG} fit --config {ns.best_config})")
+
+
+@contextlib.contextmanager
+def storage_refusals(storage_url: str) -> Iterator[None]:
+    """A study's storage that refuses a write (a read-only database file, a full disk) as one line."""
+    import optuna
+
+    try:
+        yield
+    except optuna.exceptions.StorageInternalError as err:
+        cause = err.__cause__ or err.__context__ or err
+        first = (str(cause).strip().splitlines() or [""])[0][:200]
+        raise UserInputError(f"the storage {storage_url} refused a write ({first}); make the database writable (and "
+                             "free space on its disk), then run the same command again: the study keeps its "
+                             "trials") from None
 
 
 def run_study(study: optuna.Study, base: list[str], space: dict[str, dict[str, Any]], study_dir: Path,

@@ -424,6 +424,26 @@ def test_a_signal_in_a_trial_ends_the_study_with_the_signals_status(sig, code, t
                                             "run the same command again to continue it")
 
 
+def test_a_storage_that_refuses_writes_is_one_line(tmp_path, monkeypatch, capsys):
+    import sqlite3
+
+    def read_only(*args, **kwargs):
+        try:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        except sqlite3.OperationalError as err:
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from err
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(optuna.storages.RDBStorage, "set_study_user_attr", read_only)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    with pytest.raises(SystemExit) as exit_info:  # before: a StorageInternalError traceback
+        main(["tune", "--config", "pendulum.yaml", "--storage", "sqlite:///study.db", "--space", "space.yaml",
+              "--n_trials", "1", *TINY])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: the storage sqlite:///study.db refused a write (attempt to write a readonly database); make the "
+        "database writable (and free space on its disk), then run the same command again: the study keeps its trials")
+
+
 def test_ctrl_c_in_a_trial_is_one_line_and_the_study_keeps_the_trial(tmp_path, monkeypatch, capfd):
     def interrupted(trial, *args):
         raise KeyboardInterrupt  # what run_trial raises when Lightning ends a fit on Ctrl+C
