@@ -110,8 +110,8 @@ def atomic_path(path: _PATH, suffix: str = TMP_SUFFIX, replay: bool = False) -> 
     """Write a file atomically: the body writes the yielded temporary path (hidden, in the
     target's folder, ending in ``suffix``); on success it is fsynced and renamed over ``path``
     and the folder is fsynced; if the body raises, it is removed and ``path`` is untouched. What the machine
-    refuses (an ``OSError`` with an errno) is a one-line :class:`WriteRefusedError` (``replay``: the file holds a
-    replay buffer, whose options a full disk's line names)."""
+    refuses (:func:`write_refusal`) is a one-line :class:`WriteRefusedError` (``replay``: the file holds a replay
+    buffer, whose options a full disk's line names)."""
     target = Path(path).expanduser()
     folder = target.parent.absolute()
     tmp = ""
@@ -139,14 +139,14 @@ def write_refusal(err: BaseException, target: Path, replay: bool = False,
                   in_the_way: bool = False) -> WriteRefusedError | None:
     """``err``, raised writing ``target``, as the one-line refusal of the machine it is: a full disk (``replay``: the
     file holds a replay buffer, whose options the line names), a folder or disk that refuses writes, or with
-    ``in_the_way`` any other ``OSError`` with an errno (a folder or file in the way, a name too long); else None."""
+    ``in_the_way`` a folder or file in the way or a name too long (:data:`IN_THE_WAY`); else None."""
     folder = target.parent.absolute()
     if isinstance(err, WriteRefusedError):
         return err
     if _disk_full(err):
         return DiskFullError(f"writing {target} failed: No space left on device ({_free_in(folder)}); what was there "
                              "before is kept: free some space", replay=replay)
-    if not isinstance(err, OSError) or err.errno is None or (err.errno not in WRITE_REFUSALS and not in_the_way):
+    if not isinstance(err, OSError) or err.errno not in WRITE_REFUSALS + (IN_THE_WAY if in_the_way else ()):
         return None
     if err.errno in WRITE_REFUSALS:
         return WriteRefusedError(f"writing {target} failed: {err.strerror} ({folder}); what was there before is "
@@ -169,6 +169,8 @@ def _free_in(folder: Path) -> str:
 
 #: what the machine answers a write it refuses with (beside a full disk): permissions, a read-only or failing disk
 WRITE_REFUSALS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO)
+#: what a write into a path finds in its way: a folder or a file, a name longer than the file system takes
+IN_THE_WAY = (errno.EISDIR, errno.EEXIST, errno.ENOTDIR, errno.ENAMETOOLONG)
 
 
 class WriteRefusedError(UserInputError, OSError):

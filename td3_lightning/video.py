@@ -20,11 +20,15 @@ def video_fps(env: gym.Env) -> float:
 
 def write_video(path: Path, frames: list[np.ndarray], fps: float) -> Path:
     """Write RGB frames to ``path`` (``.mp4`` with ffmpeg, or ``.gif``), atomically."""
+    import io
+
     import imageio.v2 as imageio
 
     with atomic_path(path, suffix=f".tmp{path.suffix}") as tmp:  # imageio picks the format by suffix
-        if path.suffix == ".gif":
-            imageio.mimsave(tmp, frames, duration=1000 / fps, loop=0)
+        if path.suffix == ".gif":  # encoded in memory: a full disk fails the plain write, not the encoder's
+            encoded = io.BytesIO()
+            imageio.mimsave(encoded, frames, format="gif", duration=1000 / fps, loop=0)
+            tmp.write_bytes(encoded.getvalue())
         else:
             with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=2) as writer:
                 for frame in frames:
