@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from td3_lightning.stops import stop_signal
 
 #: the formats of the plot, by file name ending
 PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg")
+#: the longest file name written atomically: 255 bytes, less the temporary file's additions (".", ".XXXXXXXX.tmp")
+MAX_NAME_BYTES = 240
 
 
 def check_learning_curve_options(options: Mapping[str, Any]) -> None:
@@ -25,6 +28,9 @@ def check_learning_curve_options(options: Mapping[str, Any]) -> None:
     if name and (Path(name).name != name or name in (".", "..")):
         raise UserInputError(f"learning_curve.filename must be a file name inside the run folder, without a folder, "
                              f"e.g. learning_curve.png; got {name!r}")
+    if name and len(os.fsencode(name)) > MAX_NAME_BYTES:
+        raise UserInputError(f"learning_curve.filename is too long for a file name ({len(os.fsencode(name))} bytes; "
+                             f"at most {MAX_NAME_BYTES}): give a shorter one")
     if name and Path(name).suffix.lower() not in PLOT_FORMATS:
         raise UserInputError(f"learning_curve.filename must end in {', '.join(PLOT_FORMATS)}, got {name!r} "
                              "(empty: no plot)")

@@ -48,7 +48,8 @@ CHOICES = {
     "model.encoder": ["bogus"], "model.compile_mode": ["bogus"], "data.vector_mode": ["bogus"],
     "data.video_format": ["avi"], "data.buffer_device": ["bogus"], "data.sampler": ["bogus"],
     "model.actor_q": ["max"], "model.critic_range": ["[1.0, 0.0]", "[1.0]", "[0.0, nan]"],
-    "data.env_id": ["NoSuchEnv-v9", "CarRacing-v3"], "learning_curve.filename": ["sub/curve.png", "curve.txt"],
+    "data.env_id": ["NoSuchEnv-v9", "CarRacing-v3"], "learning_curve.filename": ["sub/curve.png", "curve.txt",
+                                                                                         "c" * 250 + ".png"],
 }
 #: The Trainer options this project counts in training steps, that take a path, or that a user plausibly
 #: breaks, and ``seed_everything``, with values they refuse.
