@@ -171,6 +171,8 @@ def _free_in(folder: Path) -> str:
 WRITE_REFUSALS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO)
 #: what a write into a path finds in its way: a folder or a file, a name longer than the file system takes
 IN_THE_WAY = (errno.EISDIR, errno.EEXIST, errno.ENOTDIR, errno.ENAMETOOLONG)
+#: the longest file name written atomically: 255 bytes, less what its temporary file's name adds (".", ".XXXXXXXX")
+MAX_NAME_BYTES = 255 - 10 - len(TMP_SUFFIX)
 
 
 class WriteRefusedError(UserInputError, OSError):
@@ -200,6 +202,12 @@ class DiskFullError(WriteRefusedError):
 
     def going_on(self, go_on: str, resumable: bool) -> DiskFullError:
         return type(self)(self.what, go_on, resumable, self.replay)
+
+
+def is_write_refusal(err: BaseException) -> bool:
+    """Whether ``err`` is a write refused by the machine as this package tells it, or the disk running full (a write
+    of another library's, a logger's)."""
+    return isinstance(err, WriteRefusedError) or _disk_full(err)
 
 
 def _disk_full(err: BaseException | None) -> bool:

@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import yaml
 from lightning.pytorch import LightningModule, Trainer
@@ -51,6 +52,7 @@ from td3_lightning.checkpointing import (
     options_of_the_run,
     same_option,
     selected_checkpoint,
+    is_write_refusal,
     with_atomic_checkpoint_io,
     write_refusal,
 )
@@ -168,14 +170,14 @@ class SaveRunConfig(SaveConfigCallback):
         save = self.parser.save
 
         def atomic_save(config: Any, path: str, **kwargs: Any) -> None:  # a full disk leaves no half-written file
+            if "://" in str(path):  # a remote folder: jsonargparse writes it
+                save(config, path, **kwargs)
+                return
             with atomic_path(path, suffix=".tmp.yaml") as tmp:
                 save(config, str(tmp), **{**kwargs, "overwrite": True})  # over the temporary file
 
-        self.parser.save = atomic_save
-        try:
+        with mock.patch.object(self.parser, "save", atomic_save):
             super().setup(trainer, pl_module, stage)
-        finally:
-            del self.parser.save  # the parser's own again
 
     def check_run_folder(self, trainer: Trainer, config_files: list[str], subcommand: str | None) -> None:
         """Nothing is written over a ``--config`` file (a run without a logger writes into default_root_dir), nor a
@@ -198,10 +200,11 @@ class SaveRunConfig(SaveConfigCallback):
                                  "another --trainer.default_root_dir, or keep your config file elsewhere")
         job = SLURMEnvironment.job_id()
         fit = subcommand in ("fit", None)
-        if not fit and isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)) and target.is_file():
-            raise UserInputError(f"{log_dir} already holds a run ({self.config_filename}), which {subcommand} would "
-                                 "write over; give another --trainer.logger.init_args.version (or none: a new "
-                                 "version_N)")
+        if not fit and isinstance(trainer.logger, (TensorBoardLogger, CSVLogger)) and target.is_file() and (
+                there := [name for name in ("checkpoints", TEST_RESULTS) if Path(log_dir, name).exists()]):
+            raise UserInputError(f"{log_dir} already holds a run ({', '.join(there)}), whose {self.config_filename} "
+                                 f"{subcommand} would write over; give another --trainer.logger.init_args.version "
+                                 "(or none: a new version_N)")
         if not fit or self.resumed_from or (job is not None and _requeued(Path(trainer.default_root_dir))):
             return  # a requeued SLURM job goes on in its folder (from its hpc_ckpt, if it wrote one)
         if trainer.logger is None:  # no log folder of its own: the run writes into default_root_dir itself
@@ -579,10 +582,14 @@ class TD3CLI(LightningCLIHooks):
                 raise
             print(stop.line(self._argv), file=sys.stderr)
             sys.exit(stop.exit_code)
-        except Exception as err:  # a full disk, or a folder or disk that refuses writes (Lightning's own included)
-            refusal = write_refusal(err, Path(getattr(err, "filename", None) or self.trainer.log_dir or "."))
-            if refusal is None:
+        except Exception as err:  # a full disk (Lightning's own writes included), or a folder that refuses writes
+            if not is_write_refusal(err):
                 raise
+            trainer = self.trainer  # the run's folder, without a collective (the other ranks may be elsewhere)
+            named = err.filename if isinstance(getattr(err, "filename", None), str) else None
+            folder = trainer.loggers[0].log_dir if trainer.loggers else trainer.default_root_dir
+            refusal = write_refusal(err, Path(named or folder or "."))
+            assert refusal is not None
             standing = standing_of(self._callbacks())
             if standing is None:
                 raise refusal from None
@@ -739,9 +746,10 @@ def _main(args: list[str] | None) -> None:
 
 
 def _thread_exception(hook: Callable[[Any], None], args: Any) -> None:
-    """A logger's writer thread that the machine refuses a write (a full disk) ends without its traceback: the
-    command's own line says it; any other thread's exception goes to ``hook``."""
-    if write_refusal(args.exc_value, Path(".")) is None:
+    """TensorBoard's writer thread that the machine refuses a write (a full disk) ends without its traceback: the
+    writer hands the error on to the command, whose own line says it; any other thread's exception goes to
+    ``hook``."""
+    if not (type(args.thread).__module__.startswith("tensorboard.") and is_write_refusal(args.exc_value)):
         hook(args)
 
 

@@ -10,15 +10,13 @@ from typing import Any
 import lightning as L
 
 from td3_lightning.declarations import check_declared
-from td3_lightning.checkpointing import atomic_path
+from td3_lightning.checkpointing import MAX_NAME_BYTES, atomic_path
 from td3_lightning.errors import UserInputError
 from td3_lightning.stops import stop_signal
 
 
 #: the formats of the plot, by file name ending
 PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg")
-#: the longest file name written atomically: 255 bytes, less the temporary file's additions (".", ".XXXXXXXX.tmp")
-MAX_NAME_BYTES = 240
 
 
 def check_learning_curve_options(options: Mapping[str, Any]) -> None:

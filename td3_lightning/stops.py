@@ -20,7 +20,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from td3_lightning.checkpointing import peek_checkpoint, write_refusal
+from td3_lightning.checkpointing import is_write_refusal, peek_checkpoint
 
 #: the exit status of a fit stopped by each signal (the shell's 128 + the signal's number)
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
@@ -82,7 +82,7 @@ def checkpoint_step(path: Path) -> int | None:
 
 @dataclass(frozen=True)
 class PlayStop:
-    """A validate or test stopped by a signal before its results were written."""
+    """A validate or test stopped by a signal (a test: before its results were written)."""
 
     signal: str
     stage: str
@@ -92,8 +92,8 @@ class PlayStop:
         return EXIT_CODES[self.signal]
 
     def line(self, argv: list[str]) -> str:
-        return f"stopped by {self.signal} during {self.stage}, before its results were written: run the same " \
-               "command again"
+        unwritten = ", before its results were written" if self.stage == "test" else ""
+        return f"stopped by {self.signal} during {self.stage}{unwritten}: run the same command again"
 
 
 def stop_signal(exception: BaseException) -> str | None:
@@ -117,7 +117,7 @@ class StopNotice(L.Callback):
             if name is not None:
                 self.stop = PlayStop(name, getattr(trainer.state.fn, "value", str(trainer.state.fn)))
             return
-        if name is None and write_refusal(exception, Path(".")) is None:  # (whether it is one: no path is told)
+        if name is None and not is_write_refusal(exception):
             return  # only the lines that name the checkpoint read it
         written = next((c.last_model_path for c in trainer.callbacks  # by this run: not an older run's file there
                         if isinstance(c, ModelCheckpoint) and c.last_model_path), "")

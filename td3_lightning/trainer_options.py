@@ -12,6 +12,7 @@ while the Trainer is built (nothing is written yet) is said in one line by :func
 from __future__ import annotations
 
 import datetime
+import errno
 import math
 import os
 import re
@@ -99,8 +100,9 @@ def check_folder_option(option: str, path: Any) -> None:
     for folder in (target, *target.parents):
         try:
             exists = folder.exists()
-        except OSError as err:  # a name longer than the file system takes
-            raise UserInputError(f"{option} {path} cannot be a folder ({err.strerror}); give a shorter path") from None
+        except OSError as err:  # a name longer than the file system takes, a folder on the way that cannot be read
+            fix = "give a shorter path" if err.errno == errno.ENAMETOOLONG else "give a folder you can write to"
+            raise UserInputError(f"{option} {path} cannot be a folder ({err.strerror}); {fix}") from None
         if exists:
             if not folder.is_dir():
                 where = "is a file" if folder == target else f"lies inside {folder}, which is a file"
@@ -204,7 +206,7 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
     root = trainer.get("default_root_dir")  # unset: the current folder, where the run folders go
     check_folder_option("trainer.default_root_dir" if root is not None else
                         "the current folder (trainer.default_root_dir)", os.getcwd() if root is None else root)
-    if trainer.get("logger") in (None, True):  # the default logger's folder of runs
+    if trainer.get("logger") in (None, True) and "://" not in str(root):  # the default logger's folder of runs
         check_folder_option("the folder of runs (trainer.default_root_dir/lightning_logs)",
                             Path(os.getcwd() if root is None else root, "lightning_logs"))
     loggers = trainer.get("logger")

@@ -682,7 +682,8 @@ def search(ns: argparse.Namespace, overrides: list[str], space: dict[str, dict[s
 
 @contextlib.contextmanager
 def storage_refusals(storage_url: str) -> Iterator[None]:
-    """A study's storage that refuses a write (a read-only database file, a full disk) as one line."""
+    """A study's storage that fails a write (a read-only database file, a full disk, a lock held too long) as one
+    line."""
     import optuna
 
     try:
@@ -690,9 +691,9 @@ def storage_refusals(storage_url: str) -> Iterator[None]:
     except optuna.exceptions.StorageInternalError as err:
         cause = err.__cause__ or err.__context__ or err
         first = (str(cause).strip().splitlines() or [""])[0][:200]
-        raise UserInputError(f"the storage {storage_url} refused a write ({first}); make the database writable (and "
-                             "free space on its disk), then run the same command again: the study keeps its "
-                             "trials") from None
+        raise UserInputError(f"the storage {storage_url} failed a write ({first}); make sure the database can be "
+                             "written (a writable file, space on its disk, no lock held elsewhere), then run the same "
+                             "command again") from None
 
 
 def run_study(study: optuna.Study, base: list[str], space: dict[str, dict[str, Any]], study_dir: Path,

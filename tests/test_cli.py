@@ -87,8 +87,8 @@ def test_a_config_s_checkpoint_is_said_and_a_run_folder_or_config_file_is_not_wr
     with pytest.raises(SystemExit) as info:  # before: the test wrote its config.yaml over the fit's
         main(["test", *named, "--ckpt_path", str(best), "--data.test_episodes", "1"])
     assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
-        "error: ./lightning_logs/exp1 already holds a run (config.yaml), which test would write over; give another "
-        "--trainer.logger.init_args.version (or none: a new version_N)")
+        "error: ./lightning_logs/exp1 already holds a run (checkpoints), whose config.yaml test would write over; "
+        "give another --trainer.logger.init_args.version (or none: a new version_N)")
     assert yaml.safe_load((folder / "config.yaml").read_text())["trainer"]["max_steps"] == 40
     assert not (folder / "test_results.json").exists()
     mine = tmp_path / "config.yaml"

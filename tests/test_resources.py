@@ -207,6 +207,7 @@ def test_a_full_disk_under_lightnings_own_writes_is_one_line_and_leaves_no_half_
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.chdir(tmp_path)
+    hook = threading.excepthook
     with monkeypatch.context() as patched:
         patched.setattr(LightningArgumentParser, "save", half_then_full)  # before: a traceback, half a config.yaml
         with pytest.raises(SystemExit) as exit_info:
@@ -232,12 +233,27 @@ def test_a_full_disk_under_lightnings_own_writes_is_one_line_and_leaves_no_half_
     assert exit_info.value.code == 2 and "Traceback" not in err, err
     assert err.splitlines()[-1].startswith(f"error: writing {tmp_path / 'lightning_logs/version_1'} failed: No space "
                                            "left on device (") and f"; {last} is at step 40; go on with:" in err
+    assert threading.excepthook is hook  # the command's own while it ran
     told = []
-    thread_error = SimpleNamespace(exc_value=OSError(errno.ENOSPC, "No space left on device"))
-    _thread_exception(told.append, thread_error)  # a logger's writer thread: the command's line says it
-    other = SimpleNamespace(exc_value=ValueError("a thread's own bug"))
-    _thread_exception(told.append, other)
-    assert told == [other] and threading.excepthook is not _thread_exception
+
+    class _AsyncWriterThread(threading.Thread):  # as TensorBoard's writer thread is named
+        __module__ = "tensorboard.summary.writer.event_file_writer"
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    writer = SimpleNamespace(exc_value=full, thread=_AsyncWriterThread())
+    _thread_exception(told.append, writer)  # TensorBoard hands it to the command, whose line says it
+    others = [SimpleNamespace(exc_value=ValueError("a thread's own bug"), thread=writer.thread),
+              SimpleNamespace(exc_value=full, thread=threading.Thread())]  # not TensorBoard's: not said by the command
+    for other in others:
+        _thread_exception(told.append, other)
+    assert told == others
+
+    def read_refused(self, metrics, step=None):
+        raise PermissionError(errno.EACCES, "Permission denied", "/opt/teacher.ckpt")
+
+    monkeypatch.setattr(TensorBoardLogger, "log_metrics", read_refused)  # not a write this package or a logger made
+    with pytest.raises(PermissionError, match="teacher"):
+        main(FIT)
 
 
 def test_more_cpu_processes_than_cores_are_warned_of():

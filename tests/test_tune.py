@@ -439,9 +439,17 @@ def test_a_storage_that_refuses_writes_is_one_line(tmp_path, monkeypatch, capsys
     with pytest.raises(SystemExit) as exit_info:  # before: a StorageInternalError traceback
         main(["tune", "--config", "pendulum.yaml", "--storage", "sqlite:///study.db", "--space", "space.yaml",
               "--n_trials", "1", *TINY])
-    assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
-        "error: the storage sqlite:///study.db refused a write (attempt to write a readonly database); make the "
-        "database writable (and free space on its disk), then run the same command again: the study keeps its trials")
+    line = ("error: the storage sqlite:///study.db failed a write (attempt to write a readonly database); make sure "
+            "the database can be written (a writable file, space on its disk, no lock held elsewhere), then run the "
+            "same command again")
+    assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == line
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(optuna.study.Study, "ask", read_only)  # a trial of the open study: its storage refuses
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tune", "--config", "pendulum.yaml", "--storage", "sqlite:///study.db", "--space", "space.yaml",
+              "--n_trials", "1", *TINY])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == line
 
 
 def test_ctrl_c_in_a_trial_is_one_line_and_the_study_keeps_the_trial(tmp_path, monkeypatch, capfd):
