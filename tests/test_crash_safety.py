@@ -320,16 +320,12 @@ def test_checkpoint_with_non_finite_weights_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_stopped_test_says_it_wrote_no_results_and_exits_with_the_signals_status(sig, code, tmp_path, cli_env):
+def test_a_stopped_test_says_it_wrote_no_results_and_exits_with_the_signals_status(sig, code, tmp_path, cli_env,
+                                                                                    monkeypatch):
     """A test stopped mid-way: one line, no results file, the signal's exit status (Lightning's own: 1 and 0)."""
-    fit = ["--config", "pendulum.yaml", "--trainer.max_steps", "20", "--trainer.val_check_interval", "20",
-           "--data.warmup_steps", "50", "--model.hidden_dims", "[8]", "--data.eval_episodes", "1"]
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        main(["fit", *fit])
-    finally:
-        os.chdir(cwd)
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "20", "--trainer.val_check_interval", "20",
+          "--data.warmup_steps", "50", "--model.hidden_dims", "[8]", "--data.eval_episodes", "1"])
     proc = subprocess.Popen([sys.executable, "-m", "td3_lightning", "test", "--config", "pendulum.yaml",
                              "--data.test_episodes", "100000", "--ckpt_path", "last"], cwd=tmp_path, env=cli_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -346,6 +342,7 @@ def test_a_stopped_test_says_it_wrote_no_results_and_exits_with_the_signals_stat
         f"stopped by {sig.name} during test, before its results were written: run the same command again"), \
         (proc.returncode, err[-2000:])
     assert not (played / "test_results.json").exists()
+
 
 # ---------------------------------------------------------------------------- resume without the replay buffer
 def test_resume_without_saved_replay_refills_with_the_warmup(tmp_path):
