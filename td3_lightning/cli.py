@@ -48,11 +48,11 @@ from td3_lightning.checkpointing import (
     best_of_run,
     check_checkpoint,
     find_run_checkpoint,
+    is_write_refusal,
     options_as_trained,
     options_of_the_run,
     same_option,
     selected_checkpoint,
-    is_write_refusal,
     with_atomic_checkpoint_io,
     write_refusal,
 )

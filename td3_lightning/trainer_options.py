@@ -204,11 +204,12 @@ def check_trainer_options(trainer: Mapping[str, Any], checkpoint: Mapping[str, A
         raise UserInputError(f"trainer.gradient_clip_val must be null: TD3 steps its optimizers itself (manual "
                              f"optimization), so Lightning cannot clip its gradients; got {clip}")
     root = trainer.get("default_root_dir")  # unset: the current folder, where the run folders go
+    runs_in = os.getcwd() if root is None else root
     check_folder_option("trainer.default_root_dir" if root is not None else
-                        "the current folder (trainer.default_root_dir)", os.getcwd() if root is None else root)
+                        "the current folder (trainer.default_root_dir)", runs_in)
     if trainer.get("logger") in (None, True) and "://" not in str(root):  # the default logger's folder of runs
         check_folder_option("the folder of runs (trainer.default_root_dir/lightning_logs)",
-                            Path(os.getcwd() if root is None else root, "lightning_logs"))
+                            Path(runs_in, "lightning_logs"))
     loggers = trainer.get("logger")
     for logger in loggers if isinstance(loggers, list) else [loggers]:  # a logger given as class_path/init_args
         init_args = logger.get("init_args") if isinstance(logger, Mapping) else None

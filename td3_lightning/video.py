@@ -20,15 +20,11 @@ def video_fps(env: gym.Env) -> float:
 
 def write_video(path: Path, frames: list[np.ndarray], fps: float) -> Path:
     """Write RGB frames to ``path`` (``.mp4`` with ffmpeg, or ``.gif``), atomically."""
-    import io
-
     import imageio.v2 as imageio
 
     with atomic_path(path, suffix=f".tmp{path.suffix}") as tmp:  # imageio picks the format by suffix
         if path.suffix == ".gif":  # encoded in memory: a full disk fails the plain write, not the encoder's
-            encoded = io.BytesIO()
-            imageio.mimsave(encoded, frames, format="gif", duration=1000 / fps, loop=0)
-            tmp.write_bytes(encoded.getvalue())
+            tmp.write_bytes(gif_bytes(frames, fps))
         else:
             with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=2) as writer:
                 for frame in frames:
@@ -36,14 +32,22 @@ def write_video(path: Path, frames: list[np.ndarray], fps: float) -> Path:
     return path
 
 
+def gif_bytes(frames: list[np.ndarray], fps: float) -> bytes:
+    """RGB ``frames`` as an endlessly looping animated GIF at ``fps``, encoded in memory."""
+    import io
+
+    import imageio.v2 as imageio
+
+    encoded = io.BytesIO()
+    imageio.mimsave(encoded, frames, format="gif", duration=1000 / fps, loop=0)
+    return encoded.getvalue()
+
+
 def log_tensorboard_video(trainer: L.Trainer, tag: str, frames: list[np.ndarray], fps: float,
                           max_width: int = 160) -> bool:
     """Add ``frames`` to every TensorBoard logger of ``trainer`` as an animated GIF (shown in
     TensorBoard's Images tab), downscaled to at most ``max_width`` pixels wide.  Returns whether
     a TensorBoard logger took it."""
-    import io
-
-    import imageio.v2 as imageio
     from lightning.pytorch.loggers import TensorBoardLogger
     from tensorboard.compat.proto.summary_pb2 import Summary
 
@@ -52,10 +56,8 @@ def log_tensorboard_video(trainer: L.Trainer, tag: str, frames: list[np.ndarray]
         return False
     stride = max(1, -(-frames[0].shape[1] // max_width))  # ceil(width / max_width)
     small = [np.ascontiguousarray(f[::stride, ::stride, :3]) for f in frames]
-    buf = io.BytesIO()
-    imageio.mimsave(buf, small, format="gif", duration=1000 / fps, loop=0)
     height, width = small[0].shape[:2]
-    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=buf.getvalue())
+    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif_bytes(small, fps))
     summary = Summary(value=[Summary.Value(tag=tag, image=image)])
     for writer in writers:
         _lightning.tensorboard_file_writer(writer).add_summary(summary, trainer.global_step)
