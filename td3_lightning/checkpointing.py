@@ -210,6 +210,17 @@ def is_write_refusal(err: BaseException) -> bool:
     return isinstance(err, WriteRefusedError) or _disk_full(err)
 
 
+def run_write_refusal(err: BaseException, trainer: Any) -> WriteRefusedError | None:
+    """``err``, raised in a run of ``trainer``, as the one-line refusal of the machine (:func:`is_write_refusal`;
+    else None), naming the file it names or the run's folder, found without a collective (the other ranks may be
+    elsewhere: ``Trainer.log_dir`` broadcasts)."""
+    if not is_write_refusal(err):
+        return None
+    named = err.filename if isinstance(getattr(err, "filename", None), str) else None
+    folder = trainer.loggers[0].log_dir if trainer.loggers else trainer.default_root_dir
+    return write_refusal(err, Path(named or folder or ".").absolute())
+
+
 def _disk_full(err: BaseException | None) -> bool:
     """Whether ``err`` or an exception it was raised from is the disk (or a quota) running full."""
     seen: set[int] = set()

@@ -9,6 +9,7 @@ checkpoints) printed as one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import logging
@@ -18,7 +19,7 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -51,10 +52,10 @@ from td3_lightning.checkpointing import (
     is_write_refusal,
     options_as_trained,
     options_of_the_run,
+    run_write_refusal,
     same_option,
     selected_checkpoint,
     with_atomic_checkpoint_io,
-    write_refusal,
 )
 from td3_lightning.data import ReplayDataModule, check_buffer_device, check_data_options
 from td3_lightning.declarations import signature_defaults
@@ -583,13 +584,9 @@ class TD3CLI(LightningCLIHooks):
             print(stop.line(self._argv), file=sys.stderr)
             sys.exit(stop.exit_code)
         except Exception as err:  # a full disk (Lightning's own writes included), or a folder that refuses writes
-            if not is_write_refusal(err):
+            refusal = run_write_refusal(err, self.trainer)
+            if refusal is None:
                 raise
-            trainer = self.trainer  # the run's folder, without a collective (the other ranks may be elsewhere)
-            named = err.filename if isinstance(getattr(err, "filename", None), str) else None
-            folder = trainer.loggers[0].log_dir if trainer.loggers else trainer.default_root_dir
-            refusal = write_refusal(err, Path(named or folder or "."))
-            assert refusal is not None
             standing = standing_of(self._callbacks())
             if standing is None:
                 raise refusal from None
@@ -723,12 +720,11 @@ def _main(args: list[str] | None) -> None:
         print(f"error: tune is dispatched by td3_lightning.__main__.main ({commands.PROG} tune ...)",
               file=sys.stderr)
         sys.exit(2)
-    thread_hook = threading.excepthook
-    threading.excepthook = functools.partial(_thread_exception, thread_hook)
     try:
-        argv = resolve_config_args(argv)
-        TD3CLI(TD3, ReplayDataModule, args=argv, **cli_kwargs())
-        _end_process_group()
+        with quiet_tensorboard_refusals():
+            argv = resolve_config_args(argv)
+            TD3CLI(TD3, ReplayDataModule, args=argv, **cli_kwargs())
+            _end_process_group()
     except UserInputError as err:
         message = str(err)
         bad = re.search(r"subcommand.*invalid choice: '([^']*)'", message)  # after top-level options
@@ -741,6 +737,16 @@ def _main(args: list[str] | None) -> None:
     except argparse.ArgumentError as err:  # a parse error outside parse_arguments (e.g. while instantiating)
         print(f"error: {one_line_parse_error(str(err))}", file=sys.stderr)
         sys.exit(2)
+
+
+@contextlib.contextmanager
+def quiet_tensorboard_refusals() -> Iterator[None]:
+    """While it runs, TensorBoard's writer thread ends without its traceback where the machine refuses its write
+    (:func:`_thread_exception`)."""
+    thread_hook = threading.excepthook
+    threading.excepthook = functools.partial(_thread_exception, thread_hook)
+    try:
+        yield
     finally:
         threading.excepthook = thread_hook
 

@@ -454,6 +454,14 @@ def run_trial(trial: optuna.Trial, base: list[str], space: dict[str, dict[str, A
             stop = stop_of(cli.trainer.callbacks)
             raise TrialStopped(stop.signal if stop is not None else "SIGINT") from None
         raise
+    except Exception as err:  # a full disk (TensorBoard's files included), or a folder that refuses writes
+        from td3_lightning.checkpointing import run_write_refusal
+
+        refusal = run_write_refusal(err, cli.trainer)
+        if refusal is None:
+            raise
+        raise refusal.going_on(f"then run the same command again: the study keeps its trials (trial {trial.number} "
+                               "as FAIL)", False) from None
     if report.pruned_at is not None:
         print(f"trial {trial.number}: pruned at step {report.pruned_at} ({METRIC} {report.last_value:.2f})")
         raise optuna.TrialPruned(f"{METRIC} {report.last_value} at step {report.pruned_at}")
@@ -660,8 +668,10 @@ def search(ns: argparse.Namespace, overrides: list[str], space: dict[str, dict[s
         study = open_study(ns.storage, study_name, pruner, ns.sampler_seed, fingerprint, legacy)
     print(f"study {study_name} in {ns.storage}: {len(study.trials)} trial(s) so far; running {ns.n_trials} more, "
           f"runs under {study_dir}/trial_<number>", flush=True)
+    from td3_lightning.cli import quiet_tensorboard_refusals
+
     try:
-        with storage_refusals(ns.storage):
+        with storage_refusals(ns.storage), quiet_tensorboard_refusals():
             run_study(study, base, space, study_dir, ns.n_trials)
     except KeyboardInterrupt as stopped:
         print(trials_table(study, list(space)))
@@ -700,7 +710,7 @@ def run_study(study: optuna.Study, base: list[str], space: dict[str, dict[str, A
               n_trials: int) -> None:
     """``n_trials`` more trials of ``study``. A trial's :class:`UserInputError` (a value of the space
     that the fit rejects) fails the trial and ends the search with that error."""
-    quiet = _QuietInterrupt()
+    quiet = _SaidByTheCommand()
     optimize_log = logging.getLogger("optuna.study._optimize")  # where Optuna reports a failed trial
     optimize_log.addFilter(quiet)
     try:
@@ -717,19 +727,19 @@ class TrialStopped(KeyboardInterrupt):
         self.signal = signal
 
 
-class _QuietInterrupt(logging.Filter):
-    """Drops Optuna's report of a trial failed by Ctrl+C (a traceback, then "failed with value None"):
-    the command says it in its own ``interrupted:`` line."""
+class _SaidByTheCommand(logging.Filter):
+    """Drops Optuna's report of a trial failed by Ctrl+C or by a :class:`UserInputError` (a traceback, then "failed
+    with value None"): the command says it in its own ``interrupted:`` or ``error:`` line."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.interrupted = False
+        self.said = False
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
-            self.interrupted = True
+        if record.exc_info and isinstance(record.exc_info[1], (KeyboardInterrupt, UserInputError)):
+            self.said = True
             return False
-        return not (self.interrupted and "failed with value" in record.getMessage())
+        return not (self.said and "failed with value" in record.getMessage())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,9 +19,11 @@ def video_fps(env: gym.Env) -> float:
 
 
 def write_video(path: Path, frames: list[np.ndarray], fps: float) -> Path:
-    """Write RGB frames to ``path`` (``.mp4`` with ffmpeg, or ``.gif``), atomically."""
+    """Write RGB frames to ``path`` (``.mp4`` with ffmpeg, or ``.gif``), atomically; where a file has that name (a
+    second validate into one folder), to the first free ``<stem>-v1``, ``-v2``, ...: returns the path written."""
     import imageio.v2 as imageio
 
+    path = unused_path(path)
     with atomic_path(path, suffix=f".tmp{path.suffix}") as tmp:  # imageio picks the format by suffix
         if path.suffix == ".gif":  # encoded in memory: a full disk fails the plain write, not the encoder's
             tmp.write_bytes(gif_bytes(frames, fps))
@@ -30,6 +32,15 @@ def write_video(path: Path, frames: list[np.ndarray], fps: float) -> Path:
                 for frame in frames:
                     writer.append_data(frame)
     return path
+
+
+def unused_path(path: Path) -> Path:
+    """``path``, or the first of ``<stem>-v1<suffix>``, ``<stem>-v2<suffix>``, ... that nothing takes."""
+    candidate, version = path, 0
+    while candidate.exists() or candidate.is_symlink():
+        version += 1
+        candidate = path.with_name(f"{path.stem}-v{version}{path.suffix}")
+    return candidate
 
 
 def gif_bytes(frames: list[np.ndarray], fps: float) -> bytes:

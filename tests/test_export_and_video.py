@@ -124,6 +124,23 @@ def test_test_records_episode_videos(pendulum_ckpt, tmp_path, monkeypatch, capsy
     assert "test: 2 episodes" in capsys.readouterr().out
 
 
+def test_a_second_validate_without_a_logger_keeps_the_videos_already_there(pendulum_ckpt, tmp_path, monkeypatch,
+                                                                          lightning_log):
+    monkeypatch.chdir(tmp_path)
+    validate = ["validate", "--config", "pendulum.yaml", "--trainer.logger", "false", "--data.eval_episodes", "1",
+                "--data.record_val", "1", "--ckpt_path", str(pendulum_ckpt)]
+    main(validate)
+    first = tmp_path / "videos/val-step50-seed1000.mp4"
+    written = first.stat().st_mtime_ns
+    main(validate)  # before: the first run's video was replaced
+    assert sorted(v.name for v in (tmp_path / "videos").iterdir()) == ["val-step50-seed1000-v1.mp4",
+                                                                      "val-step50-seed1000.mp4"]
+    assert first.stat().st_mtime_ns == written
+    said = [m for m in lightning_log.messages if m.startswith("video of episode")]
+    assert said[-1].endswith(f"): {tmp_path / 'videos/val-step50-seed1000-v1.mp4'}") and len(said) == 2
+    assert imageio.get_reader(tmp_path / "videos/val-step50-seed1000-v1.mp4").count_frames() == 201
+
+
 def test_more_videos_than_test_episodes_records_each_episode_and_says_so(pendulum_ckpt, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.warns(UserWarning) as caught:

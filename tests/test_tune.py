@@ -452,6 +452,35 @@ def test_a_storage_that_refuses_writes_is_one_line(tmp_path, monkeypatch, capsys
     assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == line
 
 
+def test_a_full_disk_in_a_trial_is_one_line_and_the_study_keeps_its_trials(tmp_path, monkeypatch, capfd):
+    import errno
+    import threading
+
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    def events_then_full(self, metrics, step=None):
+        if step >= 200:
+            raise RuntimeError("event writer failed") from OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(TensorBoardLogger, "log_metrics", events_then_full)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    hook = threading.excepthook
+    with pytest.raises(SystemExit) as exit_info:  # before: a RuntimeError traceback, and Optuna's with it
+        main(["tune", "--config", "pendulum.yaml", "--storage", "sqlite:///study.db", "--space", "space.yaml",
+              "--n_trials", "2", *TINY])
+    err = capfd.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err and "failed with" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"error: writing {tmp_path / 'tune/pendulum/trial_0/lightning_logs/version_0'} failed: "
+                           "No space left on device (")
+    assert line.endswith("free some space; then run the same command again: the study keeps its trials (trial 0 "
+                         "as FAIL)")
+    assert threading.excepthook is hook
+    study = optuna.load_study(study_name="pendulum", storage="sqlite:///study.db")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
+
+
 def test_ctrl_c_in_a_trial_is_one_line_and_the_study_keeps_the_trial(tmp_path, monkeypatch, capfd):
     def interrupted(trial, *args):
         raise KeyboardInterrupt  # what run_trial raises when Lightning ends a fit on Ctrl+C
