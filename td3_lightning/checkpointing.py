@@ -33,6 +33,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -173,6 +174,18 @@ WRITE_REFUSALS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO)
 IN_THE_WAY = (errno.EISDIR, errno.EEXIST, errno.ENOTDIR, errno.ENAMETOOLONG)
 #: the longest file name written atomically: 255 bytes, less what its temporary file's name adds (".", ".XXXXXXXX")
 MAX_NAME_BYTES = 255 - 10 - len(TMP_SUFFIX)
+
+
+def check_checkpoint_filename(template: str | None) -> None:
+    """One line where ``checkpoint.filename`` names files too long for an atomic write even with each ``{field}``
+    filled in by one character (Lightning fills in ``step=...``, metrics and ``.ckpt``)."""
+    if not template:
+        return
+    shortest = re.sub(r"\{[^}]*\}", "0", template) + ".ckpt"
+    length = max(len(os.fsencode(part)) for part in shortest.split("/"))
+    if length > MAX_NAME_BYTES:
+        raise UserInputError(f"checkpoint.filename is too long for a file name (at least {length} bytes once filled in, "
+                             f"with .ckpt; at most {MAX_NAME_BYTES}): give a shorter one")
 
 
 class WriteRefusedError(UserInputError, OSError):

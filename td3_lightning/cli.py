@@ -48,6 +48,7 @@ from td3_lightning.checkpointing import (
     atomic_path,
     best_of_run,
     check_checkpoint,
+    check_checkpoint_filename,
     find_run_checkpoint,
     is_write_refusal,
     options_as_trained,
@@ -622,6 +623,8 @@ def check_options(config: Any, subcommand: str = "fit") -> None:
         check_model_files(_as_dict(config["model"]))
     trainer, checkpoint = _as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {})
     check_trainer_options(trainer, checkpoint)
+    if fit:  # the checkpoints only a fit writes
+        check_checkpoint_filename(checkpoint.get("filename"))
     stage_limit = {"validate": ("limit_val_batches", "eval_episodes"), "test": ("limit_test_batches", "test_episodes")}
     if subcommand in stage_limit and trainer.get(stage_limit[subcommand][0]) in (0, 0.0):
         name, episodes = stage_limit[subcommand]
