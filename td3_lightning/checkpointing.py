@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -184,8 +185,8 @@ def check_checkpoint_filename(template: str | None) -> None:
     shortest = re.sub(r"\{[^}]*\}", "0", template) + ".ckpt"
     length = max(len(os.fsencode(part)) for part in shortest.split("/"))
     if length > MAX_NAME_BYTES:
-        raise UserInputError(f"checkpoint.filename is too long for a file name (at least {length} bytes once filled in, "
-                             f"with .ckpt; at most {MAX_NAME_BYTES}): give a shorter one")
+        raise UserInputError(f"checkpoint.filename is too long for a file name (at least {length} bytes once filled "
+                             f"in, with .ckpt; at most {MAX_NAME_BYTES}): give a shorter one")
 
 
 class WriteRefusedError(UserInputError, OSError):
@@ -435,6 +436,10 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
             reason = f"the file is corrupt ({type(err).__name__}: {first[:160]})"
         raise UserInputError(f"cannot read checkpoint {path}: {reason}") from None
     check_checkpoint_meta(ckpt, f"checkpoint {path}")
+    damaged = damaged_record(path) if zipfile.is_zipfile(path) else None
+    if damaged is not None:  # torch.load reads a damaged tensor without a word
+        raise UserInputError(f"cannot read checkpoint {path}: the file is corrupt (its record {damaged} fails its "
+                             "checksum)")
     hp = ckpt.get("hyper_parameters") or {}
     low, high = hp.get("action_low"), hp.get("action_high")
     data = ckpt.get(DATAMODULE_KEY) or {}
@@ -522,6 +527,28 @@ def timer_train_seconds(ckpt: dict[str, Any]) -> float | None:
     elapsed = state.get("time_elapsed") if isinstance(state, dict) else None
     train = elapsed.get("train") if isinstance(elapsed, dict) else None
     return float(train) if isinstance(train, (int, float)) else None
+
+
+def damaged_record(path: str | Path) -> str | None:
+    """The first record of the checkpoint archive ``path`` whose data fails its CRC-32 (torch writes one for each;
+    records written without one are not checked), or None. Read once per file version in a process."""
+    stat = os.stat(path)
+    return _damaged_record(os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _damaged_record(path: str, mtime_ns: int, size: int) -> str | None:
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if info.CRC == 0:  # none written (torch.serialization.set_crc32_options(False)), or no data
+                continue
+            try:
+                with archive.open(info) as stream:
+                    while stream.read(1 << 24):  # the CRC is compared at the end of the record
+                        pass
+            except zipfile.BadZipFile:
+                return info.filename
+    return None
 
 
 def is_training_checkpoint(path: str | Path) -> bool:

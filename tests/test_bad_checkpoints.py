@@ -11,6 +11,7 @@ import subprocess
 import sys
 import types
 import warnings
+import zipfile
 from pathlib import Path
 
 import gymnasium as gym
@@ -78,6 +79,12 @@ def _make(name: str, src: Path, dst: Path) -> None:
         torch.save({"actor": torch.zeros(3)}, dst)
     elif name == "slim":
         _edited(src, dst, lambda c: [c.pop(k) for k in ("optimizer_states", "loops", "ReplayDataModule")])
+    elif name == "bitflip":  # one bit of the replay buffer's largest tensor: torch.load reads it without a word
+        with zipfile.ZipFile(src) as archive:
+            record = max(archive.infolist(), key=lambda info: info.file_size)
+        data = bytearray(data)
+        data[record.header_offset + 512 + record.file_size // 2] ^= 1
+        dst.write_bytes(bytes(data))
     elif name == "folder":
         dst.mkdir()
     else:
@@ -88,6 +95,7 @@ CASES = [
     ("half", [], "cannot read checkpoint bad.ckpt: the file is truncated or corrupt, or not a PyTorch checkpoint"),
     ("random", [], "cannot read checkpoint bad.ckpt: the file is truncated or corrupt, or not a PyTorch checkpoint"),
     ("empty", [], "cannot read checkpoint bad.ckpt: the file is empty"),
+    ("bitflip", [], "cannot read checkpoint bad.ckpt: the file is corrupt (its record "),
     ("folder", [], "checkpoint file is a folder, not a file: bad.ckpt; pass an existing .ckpt file to --ckpt_path"),
     ("no_section", [], "checkpoint bad.ckpt was not written by td3_lightning (a Lightning checkpoint without the "
                        "'td3_lightning' section)"),
