@@ -319,15 +319,18 @@ def test_checkpoint_with_non_finite_weights_is_refused(tmp_path):
 
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_stopped_test_says_it_wrote_no_results_and_exits_with_the_signals_status(sig, code, tmp_path, cli_env,
+@pytest.mark.parametrize("stage, sig, code", [("test", signal.SIGINT, 130), ("test", signal.SIGTERM, 143),
+                                              ("validate", signal.SIGTERM, 143)])
+def test_a_stopped_test_says_it_wrote_no_results_and_exits_with_the_signals_status(stage, sig, code, tmp_path, cli_env,
                                                                                     monkeypatch):
-    """A test stopped mid-way: one line, no results file, the signal's exit status (Lightning's own: 1 and 0)."""
+    """A test (or validate) stopped mid-way: one line, no results file, the signal's exit status (Lightning's own: 1
+    and 0)."""
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "20", "--trainer.val_check_interval", "20",
           "--data.warmup_steps", "50", "--model.hidden_dims", "[8]", "--data.eval_episodes", "1"])
-    proc = subprocess.Popen([sys.executable, "-m", "td3_lightning", "test", "--config", "pendulum.yaml",
-                             "--data.test_episodes", "100000", "--ckpt_path", "last"], cwd=tmp_path, env=cli_env,
+    episodes = "--data.test_episodes" if stage == "test" else "--data.eval_episodes"
+    proc = subprocess.Popen([sys.executable, "-m", "td3_lightning", stage, "--config", "pendulum.yaml",
+                             episodes, "100000", "--ckpt_path", "last"], cwd=tmp_path, env=cli_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_signals_as_at_a_terminal)
     played = tmp_path / "lightning_logs/version_1"
@@ -338,9 +341,9 @@ def test_a_stopped_test_says_it_wrote_no_results_and_exits_with_the_signals_stat
     time.sleep(2.0)  # into its episodes
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
+    unwritten = ", before its results were written" if stage == "test" else ""
     assert proc.returncode == code and err.strip().splitlines()[-1] == (
-        f"stopped by {sig.name} during test, before its results were written: run the same command again"), \
-        (proc.returncode, err[-2000:])
+        f"stopped by {sig.name} during {stage}{unwritten}: run the same command again"), (proc.returncode, err[-2000:])
     assert not (played / "test_results.json").exists()
 
 

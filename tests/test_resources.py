@@ -131,6 +131,27 @@ def test_what_else_the_machine_refuses_in_a_write_is_one_line_and_keeps_what_was
                                       "then run the command again")  # no buffer's options: no replay in a plot
 
 
+
+def test_a_video_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, monkeypatch, capfd):
+    import gc
+
+    import numpy as np
+
+    from td3_lightning.video import write_video
+
+    def no_space(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    frames = [np.full((16, 16, 3), i, dtype=np.uint8) for i in range(20)]
+    monkeypatch.setattr(Path, "write_bytes", no_space)
+    with pytest.raises(DiskFullError) as caught:
+        write_video(tmp_path / "val-step5-seed0.gif", frames, 30.0)
+    gc.collect()  # before: the encoder, collected, failed again with its own traceback
+    assert str(caught.value).startswith(f"writing {tmp_path / 'val-step5-seed0.gif'} failed: No space left on device (")
+    assert list(tmp_path.iterdir()) == [] and "Traceback" not in capfd.readouterr().err
+    monkeypatch.undo()
+    assert write_video(tmp_path / "val-step5-seed0.gif", frames, 30.0).stat().st_size > 0  # the same frames do go
+
 FIT = ["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "120", "--trainer.val_check_interval", "40",
        "--data.warmup_steps", "50", "--model.hidden_dims", "[8]", "--data.eval_episodes", "1"]
 
