@@ -65,6 +65,7 @@ from td3_lightning.hp_metric import HpMetric
 from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
+from td3_lightning.resources import memory_refusal
 from td3_lightning.run_lock import RunLock, refuse_if_training
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
 from td3_lightning.stops import StopNotice, standing_of, stop_of
@@ -573,7 +574,8 @@ class TD3CLI(LightningCLIHooks):
         """A fit stopped by Ctrl-C or SIGTERM (Lightning exits 1 or 0) ends with one line saying where it stands and
         how to go on (a validate or test: that it wrote no results), and the signal's exit status (130, 143); a SLURM
         job's SIGTERM is left to Lightning (requeue).
-        A fit that fills the disk names its checkpoint and the command that goes on after the full disk's line."""
+        A fit that fills the disk or runs out of memory names its checkpoint and the command that goes on after the
+        refusal's line."""
         if subcommand in ("validate", "test"):  # the callbacks that wrote a played checkpoint do not matter
             warnings.filterwarnings("ignore", message=PLAYED_CHECKPOINT_CALLBACKS)
         try:
@@ -584,8 +586,8 @@ class TD3CLI(LightningCLIHooks):
                 raise
             print(stop.line(self._argv), file=sys.stderr)
             sys.exit(stop.exit_code)
-        except Exception as err:  # a full disk (Lightning's own writes included), or a folder that refuses writes
-            refusal = run_write_refusal(err, self.trainer)
+        except Exception as err:  # a full disk (Lightning's own writes included), a folder that refuses writes, or
+            refusal = run_write_refusal(err, self.trainer) or memory_refusal(err)  # no memory left
             if refusal is None:
                 raise
             standing = standing_of(self._callbacks())

@@ -5,6 +5,7 @@ arithmetic for ``trainer.precision bf16-mixed`` on the CPU. One line with the fi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,39 @@ from td3_lightning.errors import UserInputError
 def gigabytes(n: float) -> str:
     """``n`` bytes as the user reads them: ``3.7 GB``, ``120 MB``, ``300 kB``."""
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+class MemoryRefusedError(UserInputError):
+    """The GPU or the machine had no memory for an allocation during a run, told as one line: ``what`` happened,
+    then how to go on (by default: run the command again; a fit names its checkpoint, ``stops.standing_of``)."""
+
+    def __init__(self, what: str, go_on: str = "then run the command again") -> None:
+        super().__init__(f"{what}; {go_on}")
+        self.what = what
+
+    def going_on(self, go_on: str, resumable: bool) -> MemoryRefusedError:
+        """The same refusal with another way on (``resumable``: it names a checkpoint to go on from)."""
+        return type(self)(self.what, go_on)
+
+
+def memory_refusal(err: BaseException) -> MemoryRefusedError | None:
+    """``err`` as one line where the GPU or the machine had no memory for an allocation (torch's
+    ``OutOfMemoryError``, its CPU allocator's or numpy's refusal); else None."""
+    text = " ".join(str(err).split())
+    gpu = isinstance(err, torch.OutOfMemoryError) or (isinstance(err, RuntimeError) and "MPS backend out of memory"
+                                                       in text)
+    cpu = isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and "DefaultCPUAllocator" in text)
+    if not (gpu or cpu):
+        return None
+    gist = ". ".join(text.split(". ")[:2]).rstrip(".")[:200]
+    if gpu:
+        return MemoryRefusedError(f"the GPU ran out of memory ({gist}): lower data.batch_size or the networks' sizes, "
+                                  "keep the replay buffer in the machine's memory (data.buffer_device cpu), or free "
+                                  "the GPU of other processes")
+    asked = re.search(r"DefaultCPUAllocator: .* allocate (\d+) bytes", text)
+    gist = f"{gigabytes(int(asked.group(1)))} more could not be allocated" if asked else gist.split(" for an array")[0]
+    return MemoryRefusedError(f"the machine ran out of memory ({gist}): lower data.buffer_size or data.batch_size, or "
+                              "close other programs")
 
 
 def available_memory() -> int | None:

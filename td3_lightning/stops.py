@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from td3_lightning.checkpointing import is_write_refusal, peek_checkpoint
+from td3_lightning.resources import memory_refusal
 
 #: the exit status of a fit stopped by each signal (the shell's 128 + the signal's number)
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
@@ -103,9 +104,9 @@ def stop_signal(exception: BaseException) -> str | None:
 
 
 class StopNotice(L.Callback):
-    """Notes where a fit stopped by SIGINT (Ctrl-C) or SIGTERM, or ended by a refused write, stands (:attr:`standing`):
-    the newest ``last.ckpt`` of the run (or the checkpoint it resumed from, until it writes its own); for a stop also
-    the signal and the step reached (:attr:`stop`)."""
+    """Notes where a fit stopped by SIGINT (Ctrl-C) or SIGTERM, or ended by a refused write or allocation, stands
+    (:attr:`standing`): the newest ``last.ckpt`` of the run (or the checkpoint it resumed from, until it writes its
+    own); for a stop also the signal and the step reached (:attr:`stop`)."""
 
     def __init__(self) -> None:
         self.stop: Stop | PlayStop | None = None
@@ -117,7 +118,7 @@ class StopNotice(L.Callback):
             if name is not None:
                 self.stop = PlayStop(name, getattr(trainer.state.fn, "value", str(trainer.state.fn)))
             return
-        if name is None and not is_write_refusal(exception):
+        if name is None and not is_write_refusal(exception) and memory_refusal(exception) is None:
             return  # only the lines that name the checkpoint read it
         written = next((c.last_model_path for c in trainer.callbacks  # by this run: not an older run's file there
                         if isinstance(c, ModelCheckpoint) and c.last_model_path), "")

@@ -454,10 +454,11 @@ def run_trial(trial: optuna.Trial, base: list[str], space: dict[str, dict[str, A
             stop = stop_of(cli.trainer.callbacks)
             raise TrialStopped(stop.signal if stop is not None else "SIGINT") from None
         raise
-    except Exception as err:  # a full disk (TensorBoard's files included), or a folder that refuses writes
+    except Exception as err:  # a full disk (TensorBoard's files included), a folder that refuses writes, no memory
         from td3_lightning.checkpointing import run_write_refusal
+        from td3_lightning.resources import memory_refusal
 
-        refusal = run_write_refusal(err, cli.trainer)
+        refusal = run_write_refusal(err, cli.trainer) or memory_refusal(err)
         if refusal is None:
             raise
         raise refusal.going_on(f"then run the same command again: the study keeps its trials (trial {trial.number} "

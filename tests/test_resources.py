@@ -189,6 +189,40 @@ def test_a_fit_whose_disk_fills_ends_with_one_line_naming_its_checkpoint_and_the
     assert torch.load(last, weights_only=False)["global_step"] == 40  # the one written before the disk filled
 
 
+@pytest.mark.parametrize("error, line", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB "
+                            "of which 1.06 GiB is free. Including non-PyTorch memory, this process has ..."),
+     "error: the GPU ran out of memory (CUDA out of memory. Tried to allocate 2.00 GiB): lower data.batch_size or the "
+     "networks' sizes, keep the replay buffer in the machine's memory (data.buffer_device cpu), or free the GPU of "
+     "other processes; "),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried "
+                  "to allocate 40000000000 bytes. Error code 12 (Cannot allocate memory)"),
+     "error: the machine ran out of memory (40.0 GB more could not be allocated): lower data.buffer_size or "
+     "data.batch_size, or close other programs; "),
+    (MemoryError("Unable to allocate 72.8 TiB for an array with shape (10000000000000,) and data type float64"),
+     "error: the machine ran out of memory (Unable to allocate 72.8 TiB): lower data.buffer_size or data.batch_size, "
+     "or close other programs; "),
+])
+def test_a_fit_out_of_memory_ends_with_one_line_naming_its_checkpoint(error, line, tmp_path, monkeypatch, capsys):
+    from td3_lightning.module import TD3
+
+    real_step = TD3.training_step
+
+    def step_then_no_memory(self, *args, **kwargs):
+        if self.trainer.global_step >= 60:
+            raise error
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(TD3, "training_step", step_then_no_memory)
+    with pytest.raises(SystemExit) as exit_info:  # before: the allocator's traceback
+        main(FIT)
+    err = capsys.readouterr().err
+    last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
+    assert exit_info.value.code == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(f"{line}{last} is at step 40; go on with: python -m td3_lightning ")
+
+
 def test_a_fit_whose_checkpoint_folder_turns_read_only_ends_with_one_line_naming_its_checkpoint(
         tmp_path, monkeypatch, capsys):
     def read_only(*args, **kwargs):
