@@ -48,7 +48,8 @@ from fsspec.utils import get_protocol
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 
 from td3_lightning import _lightning
-from td3_lightning.errors import CKPT_PATH_TAKES, UserInputError, check_checkpoint_file, shipped_path
+from td3_lightning.errors import (CKPT_PATH_TAKES, MachineRefusal, UserInputError, check_checkpoint_file,
+                                  shipped_path)
 from td3_lightning.extensions.policy_checkpoints import policy_version
 from td3_lightning.replay import LAYOUT_KEYS
 from td3_lightning.resources import gigabytes, nearest_existing
@@ -189,18 +190,9 @@ def check_checkpoint_filename(template: str | None) -> None:
                              f"in, with .ckpt; at most {MAX_NAME_BYTES}): give a shorter one")
 
 
-class WriteRefusedError(UserInputError, OSError):
+class WriteRefusedError(MachineRefusal, OSError):
     """The machine refused a file written atomically (the previous file is kept): an ``OSError`` still, told as one
-    line: ``what`` happened, then how to go on (by default: run the command again; a fit names its checkpoint,
-    :func:`td3_lightning.stops.standing_of`)."""
-
-    def __init__(self, what: str, go_on: str = "then run the command again", resumable: bool = False) -> None:
-        super().__init__(f"{what}; {go_on}")
-        self.what = what
-
-    def going_on(self, go_on: str, resumable: bool) -> WriteRefusedError:
-        """The same refusal with another way on (``resumable``: it names a checkpoint to go on from)."""
-        return type(self)(self.what, go_on, resumable)
+    line."""
 
 
 class DiskFullError(WriteRefusedError):

@@ -586,8 +586,8 @@ class TD3CLI(LightningCLIHooks):
                 raise
             print(stop.line(self._argv), file=sys.stderr)
             sys.exit(stop.exit_code)
-        except Exception as err:  # a full disk (Lightning's own writes included), a folder that refuses writes, or
-            refusal = run_write_refusal(err, self.trainer) or memory_refusal(err)  # no memory left
+        except Exception as err:  # a full disk (Lightning's own writes too), a folder that refuses writes, no memory
+            refusal = run_write_refusal(err, self.trainer) or memory_refusal(err)
             if refusal is None:
                 raise
             standing = standing_of(self._callbacks())

@@ -22,6 +22,19 @@ class UserInputError(Exception):
     """
 
 
+class MachineRefusal(UserInputError):
+    """What the machine refused a run (a write, memory), told as one line: ``what`` happened, then how to go on (by
+    default: run the command again; a fit names its checkpoint, :func:`td3_lightning.stops.standing_of`)."""
+
+    def __init__(self, what: str, go_on: str = "then run the command again", resumable: bool = False) -> None:
+        super().__init__(f"{what}; {go_on}")
+        self.what = what
+
+    def going_on(self, go_on: str, resumable: bool) -> MachineRefusal:
+        """The same refusal with another way on (``resumable``: it names a checkpoint to go on from)."""
+        return type(self)(self.what, go_on, resumable)
+
+
 class NonFiniteError(UserInputError):
     """A NaN or an infinity in what the environment returned, in a training loss or in the
     weights. Training stops with one line naming the quantity and the step; no checkpoint

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
-from td3_lightning.errors import UserInputError
+from td3_lightning.errors import MachineRefusal, UserInputError
 
 
 def gigabytes(n: float) -> str:
@@ -20,17 +20,8 @@ def gigabytes(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
-class MemoryRefusedError(UserInputError):
-    """The GPU or the machine had no memory for an allocation during a run, told as one line: ``what`` happened,
-    then how to go on (by default: run the command again; a fit names its checkpoint, ``stops.standing_of``)."""
-
-    def __init__(self, what: str, go_on: str = "then run the command again") -> None:
-        super().__init__(f"{what}; {go_on}")
-        self.what = what
-
-    def going_on(self, go_on: str, resumable: bool) -> MemoryRefusedError:
-        """The same refusal with another way on (``resumable``: it names a checkpoint to go on from)."""
-        return type(self)(self.what, go_on)
+class MemoryRefusedError(MachineRefusal):
+    """The GPU or the machine had no memory for an allocation during a run, told as one line."""
 
 
 def memory_refusal(err: BaseException) -> MemoryRefusedError | None:
