@@ -8,7 +8,8 @@ own keys (``state_dict``: networks and targets; ``optimizer_states``; ``loops``;
 state, batches in flight) and ``callbacks`` (the env loop's counters and random stream): what
 an exact resume needs. A *slim* checkpoint (:func:`slim_checkpoint`) keeps :data:`SLIM_KEYS`
 only: enough for ``test``, ``validate``, ``export`` and ``TD3.load_from_checkpoint``.
-:func:`inspect_checkpoint` reads a file memory-mapped and checks it before anything is built.
+:func:`inspect_checkpoint` reads a file memory-mapped and checks it (its checksums too) before anything
+is built.
 
 **Crash safety.**
 :class:`AtomicCheckpointIO` writes every checkpoint to a temporary file next to its target,
@@ -39,6 +40,7 @@ import shutil
 import tempfile
 import warnings
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
@@ -223,8 +225,10 @@ def run_write_refusal(err: BaseException, trainer: Any) -> WriteRefusedError | N
     if not is_write_refusal(err):
         return None
     named = err.filename if isinstance(getattr(err, "filename", None), str) else None
-    folder = trainer.loggers[0].log_dir if trainer.loggers else trainer.default_root_dir
-    return write_refusal(err, Path(named or folder or ".").absolute())
+    logger = trainer.loggers[0] if trainer.loggers else None  # not every logger has a log_dir (Lightning's base)
+    folder = (getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)) if logger else None
+    path = str(named or folder or trainer.default_root_dir or ".")
+    return write_refusal(err, Path(path) if "://" in path else Path(path).absolute())
 
 
 def _disk_full(err: BaseException | None) -> bool:
@@ -398,9 +402,9 @@ def options_as_trained(recorded: Mapping[str, Any] | None, defaults: Mapping[str
 
 
 def inspect_checkpoint(path: str) -> dict[str, Any]:
-    """Read ``path`` (memory-mapped: the tensors are not loaded) and check that it is a
-    readable td3_lightning checkpoint of this format version; return the facts the CLI
-    checks against the env. :class:`UserInputError` with one line otherwise."""
+    """Read ``path`` (memory-mapped: the tensors are not loaded; then every record's checksum is compared,
+    :func:`damaged_record`) and check that it is a readable td3_lightning checkpoint of this format version; return
+    the facts the CLI checks against the env. :class:`UserInputError` with one line otherwise."""
     if os.path.getsize(path) == 0:
         raise UserInputError(f"cannot read checkpoint {path}: the file is empty")
     try:
@@ -430,8 +434,7 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
     check_checkpoint_meta(ckpt, f"checkpoint {path}")
     damaged = damaged_record(path) if zipfile.is_zipfile(path) else None
     if damaged is not None:  # torch.load reads a damaged tensor without a word
-        raise UserInputError(f"cannot read checkpoint {path}: the file is corrupt (its record {damaged} fails its "
-                             "checksum)")
+        raise UserInputError(f"cannot read checkpoint {path}: the file is corrupt ({damaged})")
     hp = ckpt.get("hyper_parameters") or {}
     low, high = hp.get("action_low"), hp.get("action_high")
     data = ckpt.get(DATAMODULE_KEY) or {}
@@ -522,8 +525,11 @@ def timer_train_seconds(ckpt: dict[str, Any]) -> float | None:
 
 
 def damaged_record(path: str | Path) -> str | None:
-    """The first record of the checkpoint archive ``path`` whose data fails its CRC-32 (torch writes one for each;
-    records written without one are not checked), or None. Read once per file version in a process."""
+    """What is wrong with the first record of the checkpoint archive ``path`` whose data fails its CRC-32 (torch
+    writes one for each; records written without one are not checked) or cannot be read, or None. Every byte is
+    read, once per file version and process; the other local ranks of a distributed run leave it to rank 0."""
+    if int(os.environ.get("LOCAL_RANK", "0") or 0) != 0:
+        return None
     stat = os.stat(path)
     return _damaged_record(os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
 
@@ -539,7 +545,9 @@ def _damaged_record(path: str, mtime_ns: int, size: int) -> str | None:
                     while stream.read(1 << 24):  # the CRC is compared at the end of the record
                         pass
             except zipfile.BadZipFile:
-                return info.filename
+                return f"its record {info.filename} fails its checksum"
+            except (OSError, EOFError, NotImplementedError, zlib.error) as err:  # a failing disk, a damaged header
+                return f"its record {info.filename} cannot be read: {err}"
     return None
 
 

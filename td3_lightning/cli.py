@@ -68,7 +68,7 @@ from td3_lightning.plots import LearningCurve, check_learning_curve_options
 from td3_lightning.resources import memory_refusal
 from td3_lightning.run_lock import RunLock, refuse_if_training
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
-from td3_lightning.stops import StopNotice, standing_of, stop_of
+from td3_lightning.stops import StopNotice, kept_ctrl_c, standing_of, stop_of
 from td3_lightning.trainer_options import (
     SEED_RANGE,
     check_seed,
@@ -587,7 +587,7 @@ class TD3CLI(LightningCLIHooks):
             print(stop.line(self._argv), file=sys.stderr)
             sys.exit(stop.exit_code)
         except Exception as err:  # a full disk (Lightning's own writes too), a folder that refuses writes, no memory
-            refusal = run_write_refusal(err, self.trainer) or memory_refusal(err)
+            refusal = run_write_refusal(err, self.trainer) or memory_refusal(err, fit=subcommand == "fit")
             if refusal is None:
                 raise
             standing = standing_of(self._callbacks())
@@ -625,7 +625,7 @@ def check_options(config: Any, subcommand: str = "fit") -> None:
         check_model_files(_as_dict(config["model"]))
     trainer, checkpoint = _as_dict(config.get("trainer") or {}), _as_dict(config.get("checkpoint") or {})
     check_trainer_options(trainer, checkpoint)
-    if fit:  # the checkpoints only a fit writes
+    if fit and trainer.get("enable_checkpointing") is not False:  # the checkpoints only a fit writes
         check_checkpoint_filename(checkpoint.get("filename"))
     stage_limit = {"validate": ("limit_val_batches", "eval_episodes"), "test": ("limit_test_batches", "test_episodes")}
     if subcommand in stage_limit and trainer.get(stage_limit[subcommand][0]) in (0, 0.0):
@@ -726,7 +726,7 @@ def _main(args: list[str] | None) -> None:
               file=sys.stderr)
         sys.exit(2)
     try:
-        with quiet_tensorboard_refusals():
+        with quiet_tensorboard_refusals(), kept_ctrl_c():
             argv = resolve_config_args(argv)
             TD3CLI(TD3, ReplayDataModule, args=argv, **cli_kwargs())
             _end_process_group()

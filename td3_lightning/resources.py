@@ -20,28 +20,55 @@ def gigabytes(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
+#: what to do where the GPU or the machine had no memory, by (device, stage): ``new`` a fit that starts over,
+#: ``resumed`` a fit that goes on from its checkpoint (whose buffer size and networks it keeps), ``play`` validate/test
+MEMORY_FIXES = {
+    ("gpu", "new"): "lower data.batch_size or the networks' sizes, keep the replay buffer in the machine's memory "
+                    "(data.buffer_device cpu), or free the GPU of other processes",
+    ("gpu", "resumed"): "free the GPU of other processes, keep the replay buffer in the machine's memory "
+                        "(data.buffer_device cpu), or lower data.batch_size",
+    ("gpu", "play"): "free the GPU of other processes, or play on the CPU (--trainer.accelerator cpu)",
+    ("cpu", "new"): "lower data.buffer_size or data.batch_size, or close other programs",
+    ("cpu", "resumed"): "close other programs, or lower data.batch_size",
+    ("cpu", "play"): "close other programs, or play a checkpoint without the replay buffer (a best-*.ckpt, or one "
+                     "written by export)",
+}
+
+
 class MemoryRefusedError(MachineRefusal):
-    """The GPU or the machine had no memory for an allocation during a run, told as one line."""
+    """The GPU or the machine had no memory for an allocation during a run, told as one line: ``what`` happened,
+    then what to do on ``device`` (gpu, cpu) in a fit (that goes on from a checkpoint: ``resumable``) or a play."""
+
+    def __init__(self, what: str, go_on: str = "then run the command again", resumable: bool = False,
+                 device: str = "cpu", fit: bool = True) -> None:
+        stage = "play" if not fit else "resumed" if resumable else "new"
+        super().__init__(f"{what}: {MEMORY_FIXES[device, stage]}", go_on)
+        self.what, self.device, self.fit = what, device, fit
+
+    def going_on(self, go_on: str, resumable: bool) -> MemoryRefusedError:
+        return type(self)(self.what, go_on, resumable, self.device, self.fit)
 
 
-def memory_refusal(err: BaseException) -> MemoryRefusedError | None:
-    """``err`` as one line where the GPU or the machine had no memory for an allocation (torch's
-    ``OutOfMemoryError``, its CPU allocator's or numpy's refusal); else None."""
-    text = " ".join(str(err).split())
-    gpu = isinstance(err, torch.OutOfMemoryError) or (isinstance(err, RuntimeError) and "MPS backend out of memory"
-                                                       in text)
-    cpu = isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and "DefaultCPUAllocator" in text)
-    if not (gpu or cpu):
-        return None
-    gist = ". ".join(text.split(". ")[:2]).rstrip(".")[:200]
-    if gpu:
-        return MemoryRefusedError(f"the GPU ran out of memory ({gist}): lower data.batch_size or the networks' sizes, "
-                                  "keep the replay buffer in the machine's memory (data.buffer_device cpu), or free "
-                                  "the GPU of other processes")
-    asked = re.search(r"DefaultCPUAllocator: .* allocate (\d+) bytes", text)
-    gist = f"{gigabytes(int(asked.group(1)))} more could not be allocated" if asked else gist.split(" for an array")[0]
-    return MemoryRefusedError(f"the machine ran out of memory ({gist}): lower data.buffer_size or data.batch_size, or "
-                              "close other programs")
+def memory_refusal(err: BaseException, fit: bool = True) -> MemoryRefusedError | None:
+    """``err``, or an exception it was raised from, as one line where the GPU or the machine had no memory for an
+    allocation (torch's CUDA or MPS out of memory, its CPU allocator's or numpy's refusal) in a fit (else a
+    validate or test); else None."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        text = " ".join(str(err).split())
+        runtime = isinstance(err, RuntimeError)
+        gpu = isinstance(err, torch.cuda.OutOfMemoryError) or (runtime and "MPS backend out of memory" in text)
+        if gpu or isinstance(err, MemoryError) or (runtime and "DefaultCPUAllocator" in text):
+            gist = ". ".join(text.split(". ")[:2]).rstrip(".")[:200]
+            asked = re.search(r"DefaultCPUAllocator: .* allocate (\d+) bytes", text)
+            if asked:
+                gist = f"{gigabytes(int(asked.group(1)))} more could not be allocated"
+            gist = f" ({gist.split(' for an array')[0]})" if gist else ""
+            what = f"the GPU ran out of memory{gist}" if gpu else f"the machine ran out of memory{gist}"
+            return MemoryRefusedError(what, device="gpu" if gpu else "cpu", fit=fit)
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def available_memory() -> int | None:

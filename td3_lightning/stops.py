@@ -7,11 +7,19 @@ Lightning ends a stopped fit with exit status 1 (SIGINT) or 0 (SIGTERM, which a 
 :meth:`Stop.line` and exits with the shell's status for the signal (128 + its number: 130, 143). For a refused
 write it notes the run's newest checkpoint (:attr:`StopNotice.standing`), which the command line names after the
 refusal's line.
+
+Python drops an exception raised in a finaliser or a weakref callback, and so a Ctrl-C that lands there (encoding a
+GIF makes many): :func:`kept_ctrl_c` notes every Ctrl-C, and :class:`StopNotice` raises a dropped one again at the
+end of the next batch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +33,29 @@ from td3_lightning.resources import memory_refusal
 
 #: the exit status of a fit stopped by each signal (the shell's 128 + the signal's number)
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+#: set by Ctrl-C under :func:`kept_ctrl_c`, cleared once a run has stopped on it
+_CTRL_C = threading.Event()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    _CTRL_C.set()
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def kept_ctrl_c() -> Iterator[None]:
+    """While it runs, a Ctrl-C is also noted, so that :class:`StopNotice` raises it again where Python dropped it; a
+    SIGINT handler of the program's own (not Python's default) is left alone."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _CTRL_C.clear()
 
 
 @dataclass(frozen=True)
@@ -112,8 +143,19 @@ class StopNotice(L.Callback):
         self.stop: Stop | PlayStop | None = None
         self.standing: Standing | None = None
 
+    def on_train_batch_end(self, *args: Any) -> None:
+        _raise_dropped_ctrl_c()
+
+    def on_validation_batch_end(self, *args: Any) -> None:
+        _raise_dropped_ctrl_c()
+
+    def on_test_batch_end(self, *args: Any) -> None:
+        _raise_dropped_ctrl_c()
+
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         name = stop_signal(exception)
+        if name == "SIGINT":
+            _CTRL_C.clear()
         if trainer.state.fn != "fit":
             if name is not None:
                 self.stop = PlayStop(name, getattr(trainer.state.fn, "value", str(trainer.state.fn)))
@@ -129,6 +171,12 @@ class StopNotice(L.Callback):
         if name is not None:
             self.stop = Stop(last, self.standing.last_step, signal=name, step=trainer.global_step,
                              max_steps=trainer.max_steps)
+
+
+def _raise_dropped_ctrl_c() -> None:
+    """A Ctrl-C that Python dropped (raised in a finaliser or a weakref callback), raised again."""
+    if _CTRL_C.is_set():
+        raise KeyboardInterrupt
 
 
 def stop_of(callbacks: list[Any]) -> Stop | PlayStop | None:

@@ -670,9 +670,10 @@ def search(ns: argparse.Namespace, overrides: list[str], space: dict[str, dict[s
     print(f"study {study_name} in {ns.storage}: {len(study.trials)} trial(s) so far; running {ns.n_trials} more, "
           f"runs under {study_dir}/trial_<number>", flush=True)
     from td3_lightning.cli import quiet_tensorboard_refusals
+    from td3_lightning.stops import kept_ctrl_c
 
     try:
-        with storage_refusals(ns.storage), quiet_tensorboard_refusals():
+        with storage_refusals(ns.storage), quiet_tensorboard_refusals(), kept_ctrl_c():
             run_study(study, base, space, study_dir, ns.n_trials)
     except KeyboardInterrupt as stopped:
         print(trials_table(study, list(space)))

@@ -44,13 +44,15 @@ def unused_path(path: Path) -> Path:
 
 
 def gif_bytes(frames: list[np.ndarray], fps: float) -> bytes:
-    """RGB ``frames`` as an endlessly looping animated GIF at ``fps``, encoded in memory."""
+    """RGB ``frames`` as an endlessly looping animated GIF at ``fps``, encoded in memory by Pillow in one call (a
+    Ctrl-C mid-way leaves no open writer to fail again when it is collected)."""
     import io
 
-    import imageio.v2 as imageio
+    from PIL import Image
 
+    images = [Image.fromarray(np.asarray(frame)) for frame in frames]
     encoded = io.BytesIO()
-    imageio.mimsave(encoded, frames, format="gif", duration=1000 / fps, loop=0)
+    images[0].save(encoded, format="GIF", save_all=True, append_images=images[1:], duration=1000 / fps, loop=0)
     return encoded.getvalue()
 
 

@@ -96,7 +96,7 @@ CHECKPOINT_CASES = {
     "checkpoint.train_time_interval": ["abc"],
     "checkpoint.save_last": ["bogus"],
     "checkpoint.dirpath": "FOLDER",
-    "checkpoint.filename": ["c" * 240 + "-{step}"],  # 248 bytes or more with .ckpt: no temporary file beside it
+    "checkpoint.filename": ["c" * 240 + "-{step}"],  # 247 bytes or more with .ckpt: no temporary file beside it
 }
 #: Options that take any value of their type: nothing to refuse.
 ANY_VALUE: dict[str, str] = {}

@@ -347,6 +347,32 @@ def test_a_stopped_test_says_it_wrote_no_results_and_exits_with_the_signals_stat
     assert not (played / "test_results.json").exists()
 
 
+def test_a_ctrl_c_that_python_drops_still_stops_the_fit_at_the_next_batch(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C raised in a finaliser or a weakref callback (as encoding a GIF runs many) is dropped by Python; the
+    fit stops on it at the end of the batch all the same (before: it trained on, and the next Ctrl-C was needed)."""
+    real_step, pressed = TD3.training_step, []
+
+    def dropped_ctrl_c_at_step_60(self, *args, **kwargs):
+        if self.trainer.global_step >= 60 and not pressed:
+            pressed.append(self.trainer.global_step)
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1.0)  # the handler runs here
+            except KeyboardInterrupt:
+                pass  # what Python does with it in a weakref callback
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(TD3, "training_step", dropped_ctrl_c_at_step_60)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "pendulum.yaml", "--trainer.max_steps", "200", "--trainer.val_check_interval", "40",
+              "--data.warmup_steps", "50", "--model.hidden_dims", "[8]", "--data.eval_episodes", "1"])
+    assert exit_info.value.code == 130
+    assert pressed == [64] and capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "stopped by SIGINT at training step 72 of 200; ")  # the end of the batch of steps 64-71 (8 a batch)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the command's own handler is gone
+
+
 # ---------------------------------------------------------------------------- resume without the replay buffer
 def test_resume_without_saved_replay_refills_with_the_warmup(tmp_path):
     """data.save_replay false: the checkpoint has no buffer; on resume a warning says so and

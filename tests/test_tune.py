@@ -421,7 +421,7 @@ def test_a_signal_in_a_trial_ends_the_study_with_the_signals_status(sig, code, t
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == code, (proc.returncode, err[-2000:])
     assert err.strip().splitlines()[-1] == ("interrupted: the study keeps its trials (the interrupted one as FAIL); "
-                                            "run the same command again to continue it")
+                                            "run the same command again to continue it"), err[-6000:]
 
 
 def test_a_storage_that_refuses_writes_is_one_line(tmp_path, monkeypatch, capsys):
@@ -458,8 +458,13 @@ def test_a_full_disk_in_a_trial_is_one_line_and_the_study_keeps_its_trials(tmp_p
 
     from lightning.pytorch.loggers import TensorBoardLogger
 
+    from td3_lightning.cli import _thread_exception
+
+    hooks = []
+
     def events_then_full(self, metrics, step=None):
-        if step >= 200:
+        if step >= 200:  # the writer thread fails first (told by the hook), then hands its error on to this write
+            hooks.append(threading.excepthook)
             raise RuntimeError("event writer failed") from OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.chdir(tmp_path)
@@ -471,6 +476,7 @@ def test_a_full_disk_in_a_trial_is_one_line_and_the_study_keeps_its_trials(tmp_p
               "--n_trials", "2", *TINY])
     err = capfd.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in err and "failed with" not in err, err
+    assert [getattr(hook, "func", None) for hook in hooks] == [_thread_exception]  # TensorBoard's thread: quiet
     line = err.strip().splitlines()[-1]
     assert line.startswith(f"error: writing {tmp_path / 'tune/pendulum/trial_0/lightning_logs/version_0'} failed: "
                            "No space left on device (")
