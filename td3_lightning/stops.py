@@ -137,7 +137,8 @@ def stop_signal(exception: BaseException) -> str | None:
 class StopNotice(L.Callback):
     """Notes where a fit stopped by SIGINT (Ctrl-C) or SIGTERM, or ended by a refused write or allocation, stands
     (:attr:`standing`): the newest ``last.ckpt`` of the run (or the checkpoint it resumed from, until it writes its
-    own); for a stop also the signal and the step reached (:attr:`stop`)."""
+    own); for a stop also the signal and the step reached (:attr:`stop`). At the end of each batch it raises again a
+    Ctrl-C that Python dropped (:func:`kept_ctrl_c`)."""
 
     def __init__(self) -> None:
         self.stop: Stop | PlayStop | None = None
