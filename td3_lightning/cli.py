@@ -53,7 +53,6 @@ from td3_lightning.checkpointing import (
     is_write_refusal,
     options_as_trained,
     options_of_the_run,
-    run_write_refusal,
     same_option,
     selected_checkpoint,
     with_atomic_checkpoint_io,
@@ -65,10 +64,9 @@ from td3_lightning.hp_metric import HpMetric
 from td3_lightning.hparams import check_model_files, check_model_options
 from td3_lightning.module import TD3
 from td3_lightning.plots import LearningCurve, check_learning_curve_options
-from td3_lightning.resources import memory_refusal
 from td3_lightning.run_lock import RunLock, refuse_if_training
 from td3_lightning.selection import CheckpointSelection, check_seed_ranges, check_selection_options
-from td3_lightning.stops import StopNotice, kept_ctrl_c, standing_of, stop_of
+from td3_lightning.stops import StopNotice, kept_ctrl_c, refusal_of, standing_of, stop_of
 from td3_lightning.trainer_options import (
     SEED_RANGE,
     check_seed,
@@ -587,7 +585,7 @@ class TD3CLI(LightningCLIHooks):
             print(stop.line(self._argv), file=sys.stderr)
             sys.exit(stop.exit_code)
         except Exception as err:  # a full disk (Lightning's own writes too), a folder that refuses writes, no memory
-            refusal = run_write_refusal(err, self.trainer) or memory_refusal(err, fit=subcommand == "fit")
+            refusal = refusal_of(err, self.trainer, fit=subcommand == "fit")
             if refusal is None:
                 raise
             standing = standing_of(self._callbacks())

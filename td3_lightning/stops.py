@@ -28,7 +28,8 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from td3_lightning.checkpointing import is_write_refusal, peek_checkpoint
+from td3_lightning.checkpointing import is_write_refusal, peek_checkpoint, run_write_refusal
+from td3_lightning.errors import MachineRefusal
 from td3_lightning.resources import memory_refusal
 
 #: the exit status of a fit stopped by each signal (the shell's 128 + the signal's number)
@@ -172,6 +173,12 @@ class StopNotice(L.Callback):
         if name is not None:
             self.stop = Stop(last, self.standing.last_step, signal=name, step=trainer.global_step,
                              max_steps=trainer.max_steps)
+
+
+def refusal_of(err: BaseException, trainer: Any, fit: bool = True) -> MachineRefusal | None:
+    """``err``, raised in a run (a fit, else a validate or test) of ``trainer``, as the one-line refusal of the
+    machine: a write it refused (a full disk, a folder) or memory it had not; else None."""
+    return run_write_refusal(err, trainer) or memory_refusal(err, fit=fit)
 
 
 def _raise_dropped_ctrl_c() -> None:

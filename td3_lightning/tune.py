@@ -455,10 +455,9 @@ def run_trial(trial: optuna.Trial, base: list[str], space: dict[str, dict[str, A
             raise TrialStopped(stop.signal if stop is not None else "SIGINT") from None
         raise
     except Exception as err:  # a full disk (TensorBoard's files included), a folder that refuses writes, no memory
-        from td3_lightning.checkpointing import run_write_refusal
-        from td3_lightning.resources import memory_refusal
+        from td3_lightning.stops import refusal_of
 
-        refusal = run_write_refusal(err, cli.trainer) or memory_refusal(err)
+        refusal = refusal_of(err, cli.trainer)
         if refusal is None:
             raise
         raise refusal.going_on(f"then run the same command again: the study keeps its trials (trial {trial.number} "
